@@ -1,0 +1,146 @@
+"""Trace → Report: traffic, utilization, stalls, roofline, per-kernel rows.
+
+Everything here is derived from the trace records and the analytic model;
+nothing reaches back into the SimPy world.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..config.hardware import BUFFERS, Hardware
+from ..engine.world import Trace
+from ..schedule.program import PIPES, Program
+from .roofline import Roofline, roofline
+
+STALL_CAUSES = ("data", "buffer_slot", "shared_bandwidth")
+# Fraction of the simulated time under which neither compute nor HBM is the limit.
+LATENCY_BOUND_BELOW = 0.5
+UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}
+
+
+@dataclass
+class Report:
+    """One simulation's results; `to_dict()` is the JSON form (keys fixed by DESIGN.md)."""
+    data: dict[str, Any]
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+    def __getitem__(self, key: str) -> Any:
+        return self.data[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.data, "provenance": self.provenance}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+
+    def summary(self) -> str:
+        from ..viz.table import render_report
+        return render_report(self)
+
+
+def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
+            provenance: dict[str, Any]) -> Report:
+    cycles = max(trace.cycles, 1)
+    bound: Roofline = roofline(program, hw)
+    flops = sum(k.flops for k in program.kernels)
+    time_s = cycles / hw.clock_hz
+    hbm = hw.memories["HBM"]
+
+    traffic = _traffic(trace.records)
+    traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses)
+    busy = {pipe: 0 for pipe in PIPES}
+    stalls = {pipe: dict.fromkeys(STALL_CAUSES, 0) for pipe in PIPES}
+    for r in trace.records:
+        busy[r.pipe] += r.end_cycle - r.start_cycle
+        stall = stalls[r.pipe]
+        stall["data"] += r.wait_data_cycles
+        stall["buffer_slot"] += r.wait_slot_cycles
+        stall["shared_bandwidth"] += r.wait_bandwidth_cycles
+    core_cycles = cycles * hw.cores
+    utilization = {UNIT_OF_PIPE.get(p, p): busy[p] / core_cycles for p in PIPES}
+    hbm_bytes = traffic["HBM"]["read_bytes"] + traffic["HBM"]["write_bytes"]
+    utilization["HBM"] = hbm_bytes / (hbm.peak_bytes_per_cycle * cycles)
+    utilization["L2"] = traffic["L2"]["read_bytes"] / (
+        hw.memories["L2"].peak_bytes_per_cycle * cycles)
+
+    peak_tflops = _peak_tflops(program, hw)
+    achieved_tflops = flops / time_s / 1e12
+    compute_share = bound.compute_cycles / cycles
+    memory_share = bound.memory_cycles / cycles
+    if max(compute_share, memory_share) < LATENCY_BOUND_BELOW:
+        bound_kind = "latency"
+    else:
+        bound_kind = "compute" if compute_share >= memory_share else "memory"
+
+    kernels = []
+    for span, kernel in zip(trace.kernels, program.kernels):
+        records = [r for r in trace.records if r.kernel == span.index]
+        kernels.append({
+            "name": kernel.name, "ops": list(kernel.ops), "fused": kernel.fused,
+            "unit": kernel.unit, "cycles": span.end_cycle - span.start_cycle,
+            "launch_cycles": hw.launch_overhead_cycles, "flops": kernel.flops,
+            "roofline_cycles": bound.per_kernel[span.index],
+            "traffic": _traffic(records), "tiling": kernel.tiling,
+            "cores_used": len(kernel.cores), "instructions": kernel.instruction_count,
+        })
+
+    data = {
+        "workload": workload_name,
+        "hardware": hw.name,
+        "cores": hw.cores,
+        "clock_ghz": hw.clock_hz / 1e9,
+        "cycles": cycles,
+        "time_us": hw.cycles_to_us(cycles),
+        "flops": flops,
+        "achieved_tflops": achieved_tflops,
+        "peak_tflops": peak_tflops,
+        "mac_utilization": achieved_tflops / peak_tflops if peak_tflops else 0.0,
+        "hbm_bandwidth_tbps": hbm.peak_bytes_per_cycle * hw.clock_hz / 1e12,
+        "achieved_hbm_tbps": hbm_bytes / time_s / 1e12,
+        "bound": bound_kind,
+        "roofline": {
+            "compute_cycles": bound.compute_cycles,
+            "memory_cycles": bound.memory_cycles,
+            "bound_cycles": bound.bound_cycles,
+            "efficiency": bound.bound_cycles / cycles,
+            "compulsory_hbm_bytes": bound.compulsory_bytes,
+        },
+        "traffic": traffic,
+        "utilization": utilization,
+        "stalls": stalls,
+        "launch_overhead_cycles": hw.launch_overhead_cycles * len(program.kernels),
+        "peak_buffer_bytes": trace.peak_occupancy_bytes,
+        "buffer_capacity_bytes": dict(hw.buffer_bytes),
+        "instructions": trace.instructions,
+        "kernels": kernels,
+    }
+    return Report(data, provenance)
+
+
+def _traffic(records) -> dict[str, dict[str, int]]:
+    """Bytes read from and written to each level. A global read is split into the bytes
+    L2 served and the bytes fetched from HBM (which also fill L2); a write goes through
+    to HBM and allocates in L2."""
+    traffic = {level: {"read_bytes": 0, "write_bytes": 0} for level in ("HBM", "L2", *BUFFERS)}
+    for r in records:
+        for level, nbytes in r.reads:
+            if level == "HBM":
+                traffic["HBM"]["read_bytes"] += r.hbm_bytes
+                traffic["L2"]["read_bytes"] += r.l2_hit_bytes
+                traffic["L2"]["write_bytes"] += r.hbm_bytes
+            else:
+                traffic[level]["read_bytes"] += nbytes
+        for level, nbytes in r.writes:
+            traffic[level]["write_bytes"] += nbytes
+            if level == "HBM":
+                traffic["L2"]["write_bytes"] += nbytes
+    return traffic
+
+
+def _peak_tflops(program: Program, hw: Hardware) -> float:
+    """Peak of the Cube at the dtype the (first) matmul runs at; fp16 if there is none."""
+    dtypes = [k.dtype for k in program.kernels if k.unit == "cube"] or ["fp16"]
+    return hw.peak_flops_per_cycle(dtypes[0]) * hw.clock_hz / 1e12

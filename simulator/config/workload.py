@@ -1,0 +1,307 @@
+"""Workload files (workloads/*.yaml) → a frozen `Workload` bound to its `Hardware`.
+
+Shapes are expressions over named integer params, parsed with Python's `ast`
+and evaluated by walking only + - * / ( ) integers and param names; nothing
+is ever passed to `eval`. A division that is not exact is an error.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError, Problems
+from ..graph.ops import OPS
+from .hardware import DTYPES, Hardware, load_hardware, resolve_hardware_path
+from .strict import Fields, REQUIRED, _kind, apply_overrides, as_int, as_name, join, one_of, read_yaml
+
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1}
+TENSOR_KINDS = ("activation", "weight")
+ORDERS = ("m", "n")
+
+
+@dataclass(frozen=True)
+class Tensor:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    kind: str                  # activation | weight | intermediate (produced by an op)
+
+    @property
+    def nbytes(self) -> int:
+        count = 1
+        for dim in self.shape:
+            count *= dim
+        return count * DTYPE_BYTES[self.dtype]
+
+
+@dataclass(frozen=True)
+class Op:
+    name: str
+    op: str
+    inputs: tuple[str, ...]
+    output: str
+    path: str                  # YAML path, for error messages
+
+
+@dataclass(frozen=True)
+class TilingSpec:
+    """What the file says about one kernel's tiling; None = derive from shapes and buffers."""
+    base_m: int | None = None
+    base_n: int | None = None
+    base_k: int | None = None
+    step_k: int | None = None
+    order: str | None = None
+    buffers: int | None = None
+    split_m: int | None = None
+    split_n: int | None = None
+    path: str = ""
+
+
+@dataclass(frozen=True)
+class Workload:
+    name: str
+    source: str
+    hardware: Hardware
+    params: dict[str, int]
+    dtype: str
+    tensors: dict[str, Tensor]
+    ops: tuple[Op, ...]
+    fusion: str
+    tiling: dict[str, TilingSpec]          # op name or "default" -> spec
+    overrides: tuple[tuple[str, Any], ...] = field(default=())
+
+    def tiling_for(self, op_name: str) -> TilingSpec:
+        return self.tiling.get(op_name, self.tiling.get("default", TilingSpec()))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """'params.tokens=2048' -> ('params.tokens', 2048); the value is read as a YAML scalar."""
+    import yaml
+
+    if "=" not in text:
+        raise ConfigError("--set", [f"'{text}' must be PATH=VALUE, e.g. params.tokens=2048"])
+    path, _, value_text = text.partition("=")
+    path = path.strip()
+    if not path or any(not part for part in path.split(".")):
+        raise ConfigError("--set", [f"'{text}': '{path}' is not a dotted field path"])
+    try:
+        value = yaml.safe_load(value_text) if value_text.strip() else ""
+    except yaml.YAMLError:
+        value = value_text
+    return path, value
+
+
+def load_workload(path: str | Path, overrides: list[str] | list[tuple[str, Any]] = ()) -> Workload:
+    """Load, override, validate. Overrides starting with 'hardware.' apply to the hardware."""
+    pairs = [parse_override(o) if isinstance(o, str) else tuple(o) for o in overrides]
+    source = str(path)
+    hw_overrides = [(p[len("hardware."):], v) for p, v in pairs if p.startswith("hardware.")]
+    wl_overrides = [(p, v) for p, v in pairs if not p.startswith("hardware.")]
+    raw = apply_overrides(read_yaml(path), wl_overrides, source)
+
+    hw_name = raw.get("hardware")
+    if not isinstance(hw_name, str) or not hw_name:
+        raise ConfigError(source, ["hardware: is required: a preset name such as 'ascend910' "
+                                   "or a path to a hardware YAML file"])
+    hw_path = resolve_hardware_path(hw_name, Path(path).resolve().parent)
+    try:
+        hardware = load_hardware(str(hw_path) if hw_path.exists() else hw_name, hw_overrides)
+    except ConfigError as exc:
+        if hw_path.exists():
+            raise
+        raise ConfigError(source, [f"hardware: {p}" for p in exc.problems]) from None
+    return parse_workload(raw, source, hardware, tuple(pairs))
+
+
+def parse_workload(raw: dict, source: str, hardware: Hardware,
+                   overrides: tuple = ()) -> Workload:
+    problems = Problems(source)
+    top = Fields(raw, "", problems)
+    name = top.get("name", as_name)
+    top.get("hardware", as_name)
+    dtype = top.get("dtype", one_of(*DTYPES), default="fp16")
+
+    params_f = top.sub("params", default={})
+    params = {}
+    for key in params_f.raw:
+        params_f.used.add(key)
+        if not isinstance(key, str) or not key.isidentifier():
+            problems.add(join("params", key), "a param name must be an identifier")
+            continue
+        value = params_f.raw[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            problems.add(join("params", key), f"must be a positive integer, got {_kind(value)} "
+                         f"{value!r}")
+            continue
+        params[key] = value
+
+    tensors: dict[str, Tensor] = {}
+    tensors_f = top.sub("tensors")
+    for tname in tensors_f.raw:
+        tensors_f.used.add(tname)
+        tf = Fields(tensors_f.raw[tname], join("tensors", tname), problems)
+        shape = tf.get("shape", lambda v, p=tf.path: _shape(v, params, f"{p}.shape"))
+        tdtype = tf.get("dtype", one_of(*DTYPES), default=dtype)
+        kind = tf.get("kind", one_of(*TENSOR_KINDS), default="activation")
+        tf.finish()
+        if shape is not None:
+            tensors[str(tname)] = Tensor(str(tname), shape, tdtype or "fp16", kind or "activation")
+
+    ops = _parse_ops(top.get("ops", _list_of_mappings), tensors, dtype or "fp16", problems)
+    sched = top.sub("schedule", default={})
+    fusion = sched.get("fusion", one_of("none", "auto"), default="none")
+    if fusion == "auto":
+        problems.add("schedule.fusion", "'auto' needs the fusion pass, which is not built yet; "
+                     "use 'none' (every op runs as its own kernel)")
+    tiling = _parse_tiling(sched.sub("tiling", default={}), {op.name for op in ops}, problems)
+    sched.finish()
+    top.finish()
+    problems.raise_if_any()
+    return Workload(name, source, hardware, params, dtype, tensors, tuple(ops), fusion, tiling,
+                    overrides)
+
+
+def _list_of_mappings(value: Any) -> list:
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"expected a non-empty list of ops, got {_kind(value)}")
+    return value
+
+
+def _parse_ops(raw_ops: list | None, tensors: dict[str, Tensor], dtype: str,
+               problems: Problems) -> list[Op]:
+    """Check each op against the registry and infer the shapes of the tensors ops produce."""
+    ops: list[Op] = []
+    names: set[str] = set()
+    for index, raw in enumerate(raw_ops or []):
+        path = f"ops[{index}]"
+        f = Fields(raw, path, problems)
+        name = f.get("name", as_name)
+        kind = f.get("op", one_of(*OPS))
+        inputs = f.get("inputs", _name_list)
+        output = f.get("output", as_name)
+        f.finish()
+        if None in (name, kind, inputs, output):
+            continue
+        path = f"ops[{index}] ({name})"
+        if name in names:
+            problems.add(f"{path}.name", f"op name '{name}' is used twice")
+        names.add(name)
+        spec = OPS[kind]
+        if len(inputs) != spec.arity:
+            problems.add(f"{path}.inputs", f"{kind} takes {spec.arity} inputs, got {len(inputs)}")
+            continue
+        missing = [t for t in inputs if t not in tensors]
+        if missing:
+            problems.add(f"{path}.inputs", f"tensor '{missing[0]}' is neither declared under "
+                         "tensors nor produced by an earlier op")
+            continue
+        if output in tensors:
+            problems.add(f"{path}.output", f"tensor '{output}' is already "
+                         f"{'declared' if tensors[output].kind != 'intermediate' else 'produced'}")
+            continue
+        try:
+            shape = spec.output_shape([tensors[t].shape for t in inputs])
+        except ValueError as exc:
+            problems.add(f"{path}.inputs", f"{kind}: {exc}")
+            continue
+        tensors[output] = Tensor(output, shape, tensors[inputs[0]].dtype if spec.unit == "vector"
+                                 else dtype, "intermediate")
+        ops.append(Op(name, kind, tuple(inputs), output, path))
+    return ops
+
+
+def _name_list(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of tensor names, got {value!r}")
+    return value
+
+
+def _parse_tiling(f: Fields, op_names: set[str], problems: Problems) -> dict[str, TilingSpec]:
+    result = {}
+    for key in f.raw:
+        f.used.add(key)
+        path = join(f.path, key)
+        if key != "default" and key not in op_names:
+            problems.add(path, f"no op named '{key}' (ops: {', '.join(sorted(op_names))}, "
+                         "or 'default')")
+            continue
+        t = Fields(f.raw[key], path, problems)
+        base = t.sub("base", default={})
+        step = t.sub("step", default={})
+        split = t.sub("split", default={})
+        dim = as_int(1, 1 << 20)
+        spec = TilingSpec(
+            base_m=base.get("m", dim, None), base_n=base.get("n", dim, None),
+            base_k=base.get("k", dim, None), step_k=step.get("k", dim, None),
+            order=t.get("order", one_of(*ORDERS), None),
+            buffers=t.get("buffers", as_int(1, 2), None),
+            split_m=split.get("m", dim, None), split_n=split.get("n", dim, None), path=path)
+        for sub in (base, step, split, t):
+            sub.finish()
+        result[str(key)] = spec
+    f.finish()
+    return result
+
+
+def _shape(value: Any, params: dict[str, int], path: str) -> tuple[int, ...]:
+    if not isinstance(value, list) or not value:
+        raise ValueError(f"expected a list of dimensions, got {_kind(value)}")
+    dims = []
+    for i, dim in enumerate(value):
+        size = evaluate(dim, params, f"{path}[{i}]")
+        if size < 1:
+            raise ValueError(f"[{i}] = {dim!r} evaluates to {size}; dimensions must be positive")
+        dims.append(size)
+    return tuple(dims)
+
+
+_BINARY_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
+               ast.Mult: lambda a, b: a * b}
+
+
+def evaluate(expr: Any, params: dict[str, int], path: str = "") -> int:
+    """Evaluate an integer shape expression such as 'tokens * 4' or '(hidden + 1) / 2'."""
+    if isinstance(expr, bool):
+        raise ValueError(f"{expr!r} is not a dimension")
+    if isinstance(expr, int):
+        return expr
+    if not isinstance(expr, str):
+        raise ValueError(f"{expr!r} is not a dimension or expression")
+    try:
+        tree = ast.parse(expr.strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"'{expr}' is not a valid expression (use integers, param names, "
+                         "+ - * / and parentheses)") from None
+
+    def walk(node: ast.AST) -> int:
+        if isinstance(node, ast.Expression):
+            return walk(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) is int:
+            return node.value
+        if isinstance(node, ast.Name):
+            if node.id not in params:
+                known = ", ".join(sorted(params)) or "none"
+                raise ValueError(f"'{expr}': unknown param '{node.id}' (params: {known})")
+            return params[node.id]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -walk(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY_OPS:
+            return _BINARY_OPS[type(node.op)](walk(node.left), walk(node.right))
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
+            left, right = walk(node.left), walk(node.right)
+            if right == 0:
+                raise ValueError(f"'{expr}': division by zero")
+            if left % right:
+                raise ValueError(f"'{expr}': {left} / {right} is not a whole number")
+            return left // right
+        raise ValueError(f"'{expr}': only integers, param names, + - * / and parentheses "
+                         "are allowed")
+
+    return walk(tree)
+
+
+__all__ = ["Workload", "Tensor", "Op", "TilingSpec", "load_workload", "parse_workload",
+           "evaluate", "parse_override", "DTYPE_BYTES", "REQUIRED"]

@@ -1,0 +1,86 @@
+"""Fluid bandwidth sharing of one shared memory among the transfers in flight.
+
+The rule, stated once: transfers in flight share the memory's bandwidth
+max-min fairly (water-filling), each also capped by its own engine's rate.
+Rates change only when a transfer starts or ends, so the cost of simulating
+grows with the number of transfers, not with the number of bytes. Completion
+times are rounded up to whole cycles.
+"""
+
+from __future__ import annotations
+
+import math
+
+import simpy
+
+_EPSILON = 1e-9
+
+
+class _Flow:
+    __slots__ = ("remaining", "cap", "rate", "finish", "done")
+
+    def __init__(self, nbytes: float, cap: float, done: simpy.Event):
+        self.remaining = float(nbytes)
+        self.cap = cap
+        self.rate = 0.0
+        self.finish = 0
+        self.done = done
+
+
+class SharedChannel:
+    """One shared memory port of `bytes_per_cycle`, with fair sharing among flows."""
+
+    def __init__(self, env: simpy.Environment, name: str, bytes_per_cycle: float):
+        self.env = env
+        self.name = name
+        self.bytes_per_cycle = bytes_per_cycle
+        self.flows: list[_Flow] = []
+        self.updated_at = 0
+        self.version = 0
+        self.peak_flows = 0
+
+    def transfer(self, nbytes: int, cap_bytes_per_cycle: float) -> simpy.Event:
+        """An event that fires when `nbytes` have crossed this channel at the shared rate."""
+        done = self.env.event()
+        if nbytes <= 0:
+            done.succeed()
+            return done
+        self._advance()
+        self.flows.append(_Flow(nbytes, cap_bytes_per_cycle, done))
+        self.peak_flows = max(self.peak_flows, len(self.flows))
+        self._share()
+        return done
+
+    def _advance(self) -> None:
+        elapsed = self.env.now - self.updated_at
+        if elapsed:
+            for flow in self.flows:
+                flow.remaining -= flow.rate * elapsed
+            self.updated_at = self.env.now
+
+    def _share(self) -> None:
+        """Water-fill: the most constrained flows take their cap, the rest split what is left."""
+        left = self.bytes_per_cycle
+        pending = sorted(self.flows, key=lambda f: f.cap)
+        for index, flow in enumerate(pending):
+            flow.rate = min(flow.cap, left / (len(pending) - index))
+            left -= flow.rate
+        now = self.env.now
+        for flow in self.flows:
+            flow.finish = now + max(0, math.ceil(flow.remaining / flow.rate - _EPSILON))
+        if self.flows:
+            self.version += 1
+            version = self.version
+            timer = self.env.timeout(min(f.finish for f in self.flows) - now)
+            timer.callbacks.append(lambda _event: self._on_timer(version))
+
+    def _on_timer(self, version: int) -> None:
+        if version != self.version:
+            return  # a start or end since then rescheduled the next completion
+        self._advance()
+        now = self.env.now
+        finished = [f for f in self.flows if f.finish <= now]
+        self.flows = [f for f in self.flows if f.finish > now]
+        for flow in finished:
+            flow.done.succeed()
+        self._share()

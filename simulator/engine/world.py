@@ -1,0 +1,193 @@
+"""The SimPy world: runs a Program on a Hardware and returns the Trace.
+
+Lifecycle: build (channels, L2) → for each kernel: launch overhead, then one
+in-order process per pipe per core → collect. Time is integer cycles. Every
+executed instruction leaves one frozen `Record`; every statistic of the
+report is derived from those records.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import simpy
+
+from ..config.hardware import Hardware
+from ..schedule.program import CoreProgram, Instr, Program
+from .bandwidth import SharedChannel
+from .l2cache import L2Cache
+
+
+class InvariantError(AssertionError):
+    """The model broke physics (a bug in the simulator, never a user mistake)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    kernel: int
+    core: int
+    pipe: str
+    label: str
+    start_cycle: int           # when it began executing (after its waits)
+    end_cycle: int
+    wait_data_cycles: int      # waiting for a producer's data before starting
+    wait_slot_cycles: int      # waiting for a free buffer slot before starting
+    wait_bandwidth_cycles: int  # extra transfer time from sharing HBM/L2 with other transfers
+    src: str | None
+    dst: str | None
+    nbytes: int
+    reads: tuple[tuple[str, int], ...]   # (level, bytes) read; for HBM, see the two fields below
+    writes: tuple[tuple[str, int], ...]
+    l2_hit_bytes: int          # of a global-memory read: bytes served by L2
+    hbm_bytes: int             # bytes moved on HBM (a read's fetch, or a write)
+
+
+@dataclass(frozen=True)
+class KernelSpan:
+    index: int
+    start_cycle: int           # launch begins
+    end_cycle: int             # last instruction of the last core done
+
+
+@dataclass(frozen=True)
+class Trace:
+    records: list[Record]
+    kernels: list[KernelSpan]
+    cycles: int
+    l2_hits: int
+    l2_misses: int
+    peak_occupancy_bytes: dict[str, int]   # per buffer, highest seen on any core
+    instructions: int
+
+
+class _Flag:
+    """A counting semaphore between two pipes of one core (set_flag / wait_flag)."""
+    __slots__ = ("count", "waiters")
+
+    def __init__(self, count: int):
+        self.count = count
+        self.waiters: list[simpy.Event] = []
+
+    def set(self) -> None:
+        if self.waiters:
+            self.waiters.pop(0).succeed()
+        else:
+            self.count += 1
+
+
+class World:
+    def __init__(self, program: Program, hw: Hardware):
+        self.program = program
+        self.hw = hw
+        self.env = simpy.Environment()
+        self.channels = {name: SharedChannel(self.env, name, mem.sustained_bytes_per_cycle)
+                         for name, mem in hw.memories.items()}
+        self.l2 = L2Cache(hw.memories["L2"].capacity_bytes, program.tensor_geometry)
+        self.records: list[Record] = []
+        self.spans: list[KernelSpan] = []
+        self.peak_occupancy = {name: 0 for name in hw.buffer_bytes}
+        self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
+                       for path, rate in engine.path_bytes_per_cycle.items()}
+        self.l2_latency = hw.memories["L2"].latency_cycles
+        self.hbm_latency = hw.memories["HBM"].latency_cycles
+
+    def run(self) -> Trace:
+        self.env.process(self._kernels())
+        self.env.run()
+        executed = len(self.records)
+        if executed != self.program.instruction_count:
+            raise InvariantError(f"{executed} of {self.program.instruction_count} instructions "
+                                 "executed: the program deadlocked")
+        return Trace(self.records, self.spans, int(self.env.now), self.l2.hits, self.l2.misses,
+                     dict(self.peak_occupancy), executed)
+
+    def _kernels(self):
+        for index, kernel in enumerate(self.program.kernels):
+            start = self.env.now
+            yield self.env.timeout(self.hw.launch_overhead_cycles)
+            pipes = []
+            for core_index, core in enumerate(kernel.cores):
+                flags = [_Flag(n) for n in core.flag_initial]
+                occupancy = dict.fromkeys(self.hw.buffer_bytes, 0)
+                for pipe, queue in core.queues.items():
+                    if queue:
+                        pipes.append(self.env.process(
+                            self._pipe(index, core_index, pipe, queue, core, flags, occupancy)))
+            yield self.env.all_of(pipes)
+            self.spans.append(KernelSpan(index, start, int(self.env.now)))
+
+    def _pipe(self, kernel: int, core_index: int, pipe: str, queue: list[Instr],
+              core: CoreProgram, flags: list[_Flag], occupancy: dict[str, int]):
+        env = self.env
+        causes = core.flag_cause
+        for instr in queue:
+            waited = {"data": 0, "buffer_slot": 0}
+            for flag_id in instr.waits:
+                flag = flags[flag_id]
+                if flag.count:
+                    flag.count -= 1
+                    continue
+                event = env.event()
+                flag.waiters.append(event)
+                since = env.now
+                yield event
+                waited[causes[flag_id]] += env.now - since
+            start = env.now
+            if instr.acquire:
+                buffer, nbytes = instr.acquire
+                occupancy[buffer] += nbytes
+                if occupancy[buffer] > self.hw.buffer_bytes[buffer]:
+                    raise InvariantError(f"{buffer} of core {core_index} holds "
+                                         f"{occupancy[buffer]} B > capacity")
+                self.peak_occupancy[buffer] = max(self.peak_occupancy[buffer], occupancy[buffer])
+            hit_bytes = hbm_bytes = bandwidth_wait = 0
+            if instr.src is None:
+                yield env.timeout(instr.cycles)
+            else:
+                hit_bytes, hbm_bytes, ideal = yield from self._transfer(instr)
+                bandwidth_wait = env.now - start - ideal
+            for flag_id in instr.sets:
+                flags[flag_id].set()
+            for buffer, nbytes in instr.release:
+                occupancy[buffer] -= nbytes
+            self.records.append(Record(
+                kernel, core_index, pipe, instr.label, start, env.now, waited["data"],
+                waited["buffer_slot"], bandwidth_wait, instr.src, instr.dst, instr.nbytes,
+                instr.reads, instr.writes, hit_bytes, hbm_bytes))
+
+    def _transfer(self, instr: Instr):
+        """Latency, then the bytes over each shared memory they cross at the shared rate.
+
+        A global-memory read looks up L2: hits cross the L2 port, misses are
+        fetched over HBM (filling L2). A write goes through to HBM and
+        allocates in L2. Returns (L2 hit bytes, HBM bytes, uncontended cycles).
+        """
+        src, dst = instr.src, instr.dst
+        latency, rate = self.routes[(src, dst)]
+        hit_bytes = hbm_bytes = 0
+        if src == "HBM":
+            hit_bytes, hbm_bytes = self.l2.read(instr.region)
+            latency += self.l2_latency + (self.hbm_latency if hbm_bytes else 0)
+            legs = (("L2", hit_bytes, self.routes[("L2", dst)][1]), ("HBM", hbm_bytes, rate))
+        elif dst == "HBM":
+            self.l2.write(instr.region)
+            hbm_bytes = instr.nbytes
+            latency += self.l2_latency + self.hbm_latency
+            legs = (("HBM", hbm_bytes, rate),)
+        else:
+            legs = ((None, instr.nbytes, rate),)
+        ideal = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in legs)
+        yield self.env.timeout(latency)
+        for channel, nbytes, cap in legs:
+            if not nbytes:
+                continue
+            if channel is None:
+                yield self.env.timeout(math.ceil(nbytes / cap))
+            else:
+                yield self.channels[channel].transfer(nbytes, cap)
+        return hit_bytes, hbm_bytes, ideal
+
+
+def simulate_program(program: Program, hw: Hardware) -> Trace:
+    return World(program, hw).run()

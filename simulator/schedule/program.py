@@ -1,0 +1,132 @@
+"""Programs: per core, per pipe, in-order instruction queues synchronised by flags.
+
+A flag is a counting semaphore between two pipes of one core, as DaVinci's
+set_flag/wait_flag: an instruction waits on its `waits` before it starts and
+sets its `sets` when it completes. Ping-pong buffer slots are a pair of flags
+per slot: `ready` (data written, cause of a wait: "data") and `free`
+(consumer done, cause of a wait: "buffer_slot").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+PIPES = ("MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3")
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """A rectangle of a tensor viewed as 2-D (rows = all leading dims, cols = last dim)."""
+    tensor: str
+    row0: int
+    row1: int
+    col0: int
+    col1: int
+
+
+@dataclass(slots=True)
+class Instr:
+    pipe: str
+    label: str
+    src: str | None = None            # transfers: source and destination levels
+    dst: str | None = None
+    nbytes: int = 0                   # bytes moved (transfers) or processed (compute)
+    cycles: int = 0                   # compute: busy cycles, latency included
+    region: Region | None = None      # the tensor rectangle read from or written to HBM/L2
+    reads: tuple[tuple[str, int], ...] = ()   # (level, bytes) this instruction reads
+    writes: tuple[tuple[str, int], ...] = ()  # (level, bytes) this instruction writes
+    waits: list[int] = field(default_factory=list)
+    sets: list[int] = field(default_factory=list)
+    acquire: tuple[str, int] | None = None           # buffer slot taken at start
+    release: list[tuple[str, int]] = field(default_factory=list)  # slots freed at end
+
+
+def transfer(pipe: str, label: str, src: str, dst: str, nbytes: int,
+             region: Region | None = None, read_bytes: int | None = None) -> Instr:
+    """A data movement; `read_bytes` differs from `nbytes` when the engine converts in flight."""
+    return Instr(pipe, label, src, dst, nbytes, region=region,
+                 reads=((src, nbytes if read_bytes is None else read_bytes),),
+                 writes=((dst, nbytes),))
+
+
+@dataclass
+class CoreProgram:
+    queues: dict[str, list[Instr]]
+    flag_initial: list[int]
+    flag_cause: list[str]
+
+    def new_flag(self, initial: int, cause: str) -> int:
+        self.flag_initial.append(initial)
+        self.flag_cause.append(cause)
+        return len(self.flag_initial) - 1
+
+    def emit(self, instr: Instr) -> Instr:
+        self.queues[instr.pipe].append(instr)
+        return instr
+
+    @property
+    def instruction_count(self) -> int:
+        return sum(len(q) for q in self.queues.values())
+
+
+def new_core_program() -> CoreProgram:
+    return CoreProgram({pipe: [] for pipe in PIPES}, [], [])
+
+
+class SlotRing:
+    """`count` equal slots of one buffer, filled in turn by one pipe and drained by another."""
+
+    def __init__(self, core: CoreProgram, buffer: str, slot_bytes: int, count: int):
+        self.buffer = buffer
+        self.slot_bytes = slot_bytes
+        self.ready = [core.new_flag(0, "data") for _ in range(count)]
+        self.free = [core.new_flag(1, "buffer_slot") for _ in range(count)]
+        self.next = 0
+
+    def fill(self, producer: Instr) -> int:
+        """The producer takes the next slot (waiting until it is free) and marks it ready."""
+        slot = self.next
+        self.next = (slot + 1) % len(self.ready)
+        producer.waits.append(self.free[slot])
+        producer.sets.append(self.ready[slot])
+        producer.acquire = (self.buffer, self.slot_bytes)
+        return slot
+
+    def first_use(self, consumer: Instr, slot: int) -> None:
+        consumer.waits.append(self.ready[slot])
+
+    def last_use(self, consumer: Instr, slot: int) -> None:
+        consumer.sets.append(self.free[slot])
+        consumer.release.append((self.buffer, self.slot_bytes))
+
+
+@dataclass
+class KernelProgram:
+    """One kernel lowered for every core, plus what the analysis needs to judge it."""
+    name: str
+    ops: tuple[str, ...]
+    fused: bool
+    unit: str                                   # "cube" or "vector"
+    dtype: str
+    flops: int
+    cores: list[CoreProgram]
+    tiling: dict | None
+    compulsory_read_bytes: int                  # inputs read once from HBM
+    compulsory_write_bytes: int                 # outputs written once to HBM
+    buffer_peak_bytes: dict[str, int] = field(default_factory=dict)  # static slot plan per core
+    vector_work_bytes: float = 0.0              # vector kernels: bytes × op cost factor
+
+    @property
+    def instruction_count(self) -> int:
+        return sum(core.instruction_count for core in self.cores)
+
+
+@dataclass
+class Program:
+    kernels: list[KernelProgram]
+    tensor_geometry: dict[str, tuple[int, int, int]]   # tensor -> (rows, cols, element bytes)
+    compulsory_hbm_bytes: int                          # external inputs once + outputs once
+
+    @property
+    def instruction_count(self) -> int:
+        return sum(k.instruction_count for k in self.kernels)

@@ -1,0 +1,121 @@
+"""The one place where quantities with units are parsed and formatted.
+
+Convention: binary prefixes (KiB, MiB, GiB, TiB) are powers of 1024, decimal
+prefixes (KB, MB, GB, TB) are powers of 1000. Inside the simulator everything
+is integer bytes and integer cycles; rates are bytes per cycle (float), and
+converting between seconds and cycles needs the core clock.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+_BINARY = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
+_DECIMAL = {"": 1, "K": 10**3, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+_SIZE_PREFIX = {**_DECIMAL, **_BINARY}
+_TIME_SCALE = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9, "ps": 1e-12}
+_CLOCK_SCALE = {"Hz": 1.0, "kHz": 1e3, "KHz": 1e3, "MHz": 1e6, "GHz": 1e9}
+
+_NUMBER = r"(?P<num>[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?)\s*"
+_SIZE_RE = re.compile(_NUMBER + r"(?P<prefix>Ki|Mi|Gi|Ti|K|k|M|G|T|)B$")
+_PER_SECOND_RE = re.compile(_NUMBER + r"(?P<prefix>Ki|Mi|Gi|Ti|K|k|M|G|T|)B/s$")
+_PER_CYCLE_RE = re.compile(_NUMBER + r"B/cycles?$")
+_TIME_RE = re.compile(_NUMBER + r"(?P<unit>s|ms|us|µs|ns|ps)$")
+_CYCLES_RE = re.compile(_NUMBER + r"cycles?$")
+_CLOCK_RE = re.compile(_NUMBER + r"(?P<unit>Hz|kHz|KHz|MHz|GHz)$")
+
+
+class UnitError(ValueError):
+    """A value that is not a well-formed quantity of the expected kind."""
+
+
+def _text(value: object, kind: str, example: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+        raise UnitError(f"expected a {kind} such as '{example}', got {value!r}")
+    return str(value).strip()
+
+
+def parse_size(value: object) -> int:
+    """'64KiB' -> 65536, '1.5GB' -> 1500000000. A bare integer means bytes."""
+    text = _text(value, "size", "64KiB")
+    if isinstance(value, int):
+        nbytes = float(value)
+    else:
+        match = _SIZE_RE.fullmatch(text)
+        if not match:
+            raise UnitError(f"'{text}' is not a size; write e.g. '64KiB', '32MiB', '1.5GB' "
+                            "(KiB = 1024 B, KB = 1000 B)")
+        nbytes = float(match["num"]) * _SIZE_PREFIX[match["prefix"]]
+    if nbytes != int(nbytes):
+        raise UnitError(f"'{text}' is not a whole number of bytes")
+    if nbytes <= 0:
+        raise UnitError(f"'{text}' must be a positive size")
+    return int(nbytes)
+
+
+def parse_rate(value: object, clock_hz: float) -> float:
+    """'1.2TB/s' or '128B/cycle' -> bytes per cycle of a clock of clock_hz."""
+    text = _text(value, "rate", "1.2TB/s")
+    if match := _PER_CYCLE_RE.fullmatch(text):
+        rate = float(match["num"])
+    elif match := _PER_SECOND_RE.fullmatch(text):
+        rate = float(match["num"]) * _SIZE_PREFIX[match["prefix"]] / clock_hz
+    else:
+        raise UnitError(f"'{text}' is not a rate; write e.g. '1.2TB/s' or '128B/cycle'")
+    if rate <= 0 or not math.isfinite(rate):
+        raise UnitError(f"'{text}' must be a positive rate")
+    return rate
+
+
+def parse_time(value: object, clock_hz: float) -> int:
+    """'500ns' or '200cycles' -> whole cycles (rounded up) of a clock of clock_hz."""
+    text = _text(value, "time", "500ns")
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise UnitError(f"'{text}' needs a unit; write e.g. '{text}cycles' or '{text}ns'")
+    if match := _CYCLES_RE.fullmatch(text):
+        cycles = float(match["num"])
+    elif match := _TIME_RE.fullmatch(text):
+        cycles = float(match["num"]) * _TIME_SCALE[match["unit"]] * clock_hz
+    else:
+        raise UnitError(f"'{text}' is not a time; write e.g. '500ns', '3us' or '200cycles'")
+    if cycles < 0 or not math.isfinite(cycles):
+        raise UnitError(f"'{text}' must not be negative")
+    # Round to the nearest picocycle first so '1ns' at 1 GHz is exactly 1 cycle.
+    return math.ceil(round(cycles, 6))
+
+
+def parse_clock(value: object) -> float:
+    """'1.0GHz' -> 1e9 (Hz)."""
+    text = _text(value, "clock", "1.0GHz")
+    match = _CLOCK_RE.fullmatch(text)
+    if not match:
+        raise UnitError(f"'{text}' is not a clock; write e.g. '1.0GHz' or '800MHz'")
+    hertz = float(match["num"]) * _CLOCK_SCALE[match["unit"]]
+    if hertz <= 0:
+        raise UnitError(f"'{text}' must be a positive clock")
+    return hertz
+
+
+def format_size(nbytes: float) -> str:
+    """Bytes in binary prefixes, three significant figures: 283656192 -> '270.5 MiB'."""
+    value = float(nbytes)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def format_bytes_decimal(nbytes: float) -> str:
+    """Bytes in decimal prefixes (as bandwidths are quoted): 270532608 -> '270.5 MB'."""
+    value = float(nbytes)
+    for unit in ("B", "KB", "MB", "GB"):
+        if abs(value) < 1000 or unit == "GB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1000
+    raise AssertionError("unreachable")
+
+
+def format_time_us(microseconds: float) -> str:
+    return f"{microseconds:,.2f} µs"

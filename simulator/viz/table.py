@@ -1,0 +1,107 @@
+"""Report → a readable terminal table, with a few lines that explain the result."""
+
+from __future__ import annotations
+
+from ..units import format_bytes_decimal as fmt_bytes
+
+STALL_LABELS = {"data": "wait data", "buffer_slot": "wait slot",
+                "shared_bandwidth": "wait bandwidth"}
+
+
+def _bar(fraction: float, width: int = 20) -> str:
+    filled = round(max(0.0, min(1.0, fraction)) * width)
+    return "█" * filled + "·" * (width - filled)
+
+
+def _pct(fraction: float) -> str:
+    return f"{fraction * 100:5.1f}%" if fraction >= 0.001 else f"{fraction * 100:5.2f}%"
+
+
+def render_report(report) -> str:
+    d = report.to_dict()
+    cycles = d["cycles"]
+    roof = d["roofline"]
+    us = 1e-3 / d["clock_ghz"]  # µs per cycle
+    lines = [
+        f"{d['workload']} on {d['hardware']}: {len(d['kernels'])} kernels, "
+        f"{d['instructions']:,} instructions simulated",
+        "",
+        f"  time        {d['time_us']:12,.2f} µs   ({cycles:,} cycles)",
+        f"  bound       {d['bound']:>12}      roofline {roof['bound_cycles'] * us:,.2f} µs"
+        f"  →  efficiency {roof['efficiency'] * 100:.1f}%",
+        f"  compute     {d['achieved_tflops']:12,.2f} TFLOPS of {d['peak_tflops']:.1f} peak "
+        f"({d['mac_utilization'] * 100:.2f}%)",
+        f"  HBM         {d['achieved_hbm_tbps']:12,.3f} TB/s   of {d['hbm_bandwidth_tbps']:.2f} peak "
+        f"({d['achieved_hbm_tbps'] / d['hbm_bandwidth_tbps'] * 100:.1f}%)",
+        f"  launch      {d['launch_overhead_cycles'] * us:12,.2f} µs   "
+        f"({len(d['kernels'])} kernel launches)",
+        "",
+        "  traffic        read        write",
+    ]
+    for level, t in d["traffic"].items():
+        extra = ""
+        if level == "L2":
+            lookups = t["hits"] + t["misses"]
+            extra = f"   {t['hits']:,} hits / {t['misses']:,} misses" + (
+                f" ({t['hits'] / lookups * 100:.1f}% hit)" if lookups else "")
+        lines.append(f"  {level:<6} {fmt_bytes(t['read_bytes']):>11}  {fmt_bytes(t['write_bytes']):>11}"
+                     f"{extra}")
+    lines += ["", f"  utilization (busy fraction, averaged over the chip's cores)"]
+    for unit, fraction in d["utilization"].items():
+        lines.append(f"  {unit:<8} {_bar(fraction)} {_pct(fraction)}")
+    lines += ["", "  stalls (cycles summed over cores)  " + "".join(
+        f"{label:>16}" for label in STALL_LABELS.values())]
+    for pipe, causes in d["stalls"].items():
+        if any(causes.values()):
+            lines.append(f"  {pipe:<34}" + "".join(f"{causes[c]:>16,}" for c in STALL_LABELS))
+    lines += ["", f"  {'kernel':<10}{'ops':<12}{'µs':>10}{'roofline µs':>13}{'HBM read':>12}"
+                  f"{'HBM write':>12}  tiling"]
+    for k in d["kernels"]:
+        t = k["tiling"]
+        tiling = "vector tiles" if t is None else (
+            f"base {t['base']['m']}x{t['base']['n']}x{t['base']['k']} step.k {t['step']['k']} "
+            f"order {t['order']} buffers {t['buffers']} split {t['split']['m']}x{t['split']['n']}")
+        lines.append(f"  {k['name']:<10}{'+'.join(k['ops']):<12}{k['cycles'] * us:>10,.2f}"
+                     f"{k['roofline_cycles'] * us:>13,.2f}"
+                     f"{fmt_bytes(k['traffic']['HBM']['read_bytes']):>12}"
+                     f"{fmt_bytes(k['traffic']['HBM']['write_bytes']):>12}  {tiling}")
+    lines += ["", *explain(d)]
+    return "\n".join(lines)
+
+
+def explain(d: dict) -> list[str]:
+    """A few sentences, all computed from the report, that say why the time is what it is."""
+    util = d["utilization"]
+    us = 1e-3 / d["clock_ghz"]
+    roof = d["roofline"]
+    stalls = d["stalls"]
+    out = []
+    if d["bound"] == "memory":
+        out.append(f"Why: memory-bound. Moving {fmt_bytes(roof['compulsory_hbm_bytes'])} over HBM "
+                   f"takes at least {roof['memory_cycles'] * us:,.1f} µs "
+                   f"at peak, while the Cube's work needs only "
+                   f"{roof['compute_cycles'] * us:,.1f} µs.")
+        out.append(f"     The Cube is busy {util['cube'] * 100:.1f}% of the time and does useful "
+                   f"MACs {d['mac_utilization'] * 100:.2f}% of the time (rows padded to the "
+                   "fractal count as busy); MTE2 spends "
+                   f"{_busy_share(stalls['MTE2']['shared_bandwidth'], 'MTE2', d)} of its busy "
+                   "time waiting for its share of HBM.")
+    elif d["bound"] == "compute":
+        out.append(f"Why: compute-bound. The Cube is busy {util['cube'] * 100:.1f}% of the time "
+                   f"({d['mac_utilization'] * 100:.1f}% of peak MACs).")
+        cube = stalls["CUBE"]
+        out.append(f"     The Cube waited {cube['data']:,} core-cycles for operands in L0A/L0B; "
+                   f"MTE1 waited {stalls['MTE1']['buffer_slot']:,} for free L0 slots and "
+                   f"{stalls['MTE1']['data']:,} for L1 data; MTE2 waited "
+                   f"{stalls['MTE2']['shared_bandwidth']:,} for shared bandwidth.")
+    else:
+        out.append("Why: latency-bound. Neither the Cube nor HBM is near its peak: fixed costs "
+                   f"(launches {d['launch_overhead_cycles']:,} cycles, DMA start-up, pipeline "
+                   "fill) dominate.")
+    out.append(f"     Simulated time is {1 / roof['efficiency']:.2f}x the roofline bound.")
+    return out
+
+
+def _busy_share(cycles: int, pipe: str, d: dict) -> str:
+    busy = d["utilization"][pipe] * d["cycles"] * d["cores"]
+    return f"{cycles / busy * 100:.0f}%" if busy else "n/a"
