@@ -47,6 +47,8 @@ def parse_size(value: object) -> int:
             raise UnitError(f"'{text}' is not a size; write e.g. '64KiB', '32MiB', '1.5GB' "
                             "(KiB = 1024 B, KB = 1000 B)")
         nbytes = float(match["num"]) * _SIZE_PREFIX[match["prefix"]]
+    if not math.isfinite(nbytes):
+        raise UnitError(f"'{text}' is too large")
     if nbytes != int(nbytes):
         raise UnitError(f"'{text}' is not a whole number of bytes")
     if nbytes <= 0:

@@ -100,7 +100,14 @@ def load_workload(path: str | Path, overrides: list[str] | list[tuple[str, Any]]
     source = str(path)
     hw_overrides = [(p[len("hardware."):], v) for p, v in pairs if p.startswith("hardware.")]
     wl_overrides = [(p, v) for p, v in pairs if not p.startswith("hardware.")]
-    raw = apply_overrides(read_yaml(path), wl_overrides, source)
+    raw = read_yaml(path)
+    known_params = raw.get("params") if isinstance(raw.get("params"), dict) else {}
+    for override_path, _ in wl_overrides:
+        head, _, param = override_path.partition(".")
+        if head == "params" and param not in known_params:
+            raise ConfigError(source, [f"--set {override_path}: no param '{param}' in the file "
+                                       f"(params: {', '.join(map(str, known_params)) or 'none'})"])
+    raw = apply_overrides(raw, wl_overrides, source)
 
     hw_name = raw.get("hardware")
     if not isinstance(hw_name, str) or not hw_name:
@@ -150,13 +157,16 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
         if shape is not None:
             tensors[str(tname)] = Tensor(str(tname), shape, tdtype or "fp16", kind or "activation")
 
-    ops = _parse_ops(top.get("ops", _list_of_mappings), tensors, dtype or "fp16", problems)
+    broken = {str(name) for name in tensors_f.raw} - set(tensors)
+    raw_ops = top.get("ops", _list_of_mappings)
+    ops = _parse_ops(raw_ops, tensors, broken, dtype or "fp16", problems)
     sched = top.sub("schedule", default={})
     fusion = sched.get("fusion", one_of("none", "auto"), default="none")
     if fusion == "auto":
         problems.add("schedule.fusion", "'auto' needs the fusion pass, which is not built yet; "
                      "use 'none' (every op runs as its own kernel)")
-    tiling = _parse_tiling(sched.sub("tiling", default={}), {op.name for op in ops}, problems)
+    op_names = {o.get("name") for o in raw_ops or [] if isinstance(o, dict)}
+    tiling = _parse_tiling(sched.sub("tiling", default={}), op_names, problems)
     sched.finish()
     top.finish()
     problems.raise_if_any()
@@ -170,9 +180,13 @@ def _list_of_mappings(value: Any) -> list:
     return value
 
 
-def _parse_ops(raw_ops: list | None, tensors: dict[str, Tensor], dtype: str,
+def _parse_ops(raw_ops: list | None, tensors: dict[str, Tensor], broken: set[str], dtype: str,
                problems: Problems) -> list[Op]:
-    """Check each op against the registry and infer the shapes of the tensors ops produce."""
+    """Check each op against the registry and infer the shapes of the tensors ops produce.
+
+    Tensors in `broken` were declared but are invalid (already reported): ops that
+    use them are skipped, and their outputs become broken too, so one mistake is
+    reported once, not once per op downstream."""
     ops: list[Op] = []
     names: set[str] = set()
     for index, raw in enumerate(raw_ops or []):
@@ -183,7 +197,9 @@ def _parse_ops(raw_ops: list | None, tensors: dict[str, Tensor], dtype: str,
         inputs = f.get("inputs", _name_list)
         output = f.get("output", as_name)
         f.finish()
-        if None in (name, kind, inputs, output):
+        if None in (name, kind, inputs, output) or set(inputs) & broken:
+            if isinstance(output, str):
+                broken.add(output)
             continue
         path = f"ops[{index}] ({name})"
         if name in names:
@@ -192,11 +208,13 @@ def _parse_ops(raw_ops: list | None, tensors: dict[str, Tensor], dtype: str,
         spec = OPS[kind]
         if len(inputs) != spec.arity:
             problems.add(f"{path}.inputs", f"{kind} takes {spec.arity} inputs, got {len(inputs)}")
+            broken.add(output)
             continue
         missing = [t for t in inputs if t not in tensors]
         if missing:
             problems.add(f"{path}.inputs", f"tensor '{missing[0]}' is neither declared under "
                          "tensors nor produced by an earlier op")
+            broken.add(output)
             continue
         if output in tensors:
             problems.add(f"{path}.output", f"tensor '{output}' is already "
@@ -206,6 +224,7 @@ def _parse_ops(raw_ops: list | None, tensors: dict[str, Tensor], dtype: str,
             shape = spec.output_shape([tensors[t].shape for t in inputs])
         except ValueError as exc:
             problems.add(f"{path}.inputs", f"{kind}: {exc}")
+            broken.add(output)
             continue
         tensors[output] = Tensor(output, shape, tensors[inputs[0]].dtype if spec.unit == "vector"
                                  else dtype, "intermediate")

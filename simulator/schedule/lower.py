@@ -49,7 +49,8 @@ def lower(workload: Workload, kernels: list[Kernel]) -> Program:
         except TilingError as exc:
             problems.append(str(exc))
     if problems:
-        raise TilingError(f"{workload.source}: " + f"\n{workload.source}: ".join(problems))
+        lines = [line for problem in problems for line in problem.splitlines()]
+        raise TilingError("\n".join(f"{workload.source}: {line}" for line in lines))
     geometry = {t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in workload.tensors.values()}
     produced = {op.output for kernel in kernels for op in kernel.ops}
     consumed = {name for kernel in kernels for op in kernel.ops for name in op.inputs}

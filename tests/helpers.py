@@ -1,0 +1,19 @@
+"""Small workloads and programs on the tiny teaching chip, built in code."""
+
+from __future__ import annotations
+
+from simulator.config.workload import parse_workload
+
+
+def matmul_workload(hw, m, n, k, tiling=None, extra_ops=(), name="test"):
+    """A one-matmul workload (plus optional elementwise ops on its result)."""
+    raw = {
+        "name": name,
+        "hardware": hw.name,
+        "params": {"m": m, "n": n, "k": k},
+        "tensors": {"a": {"shape": ["m", "k"]}, "b": {"shape": ["k", "n"], "kind": "weight"},
+                    "bias": {"shape": ["n"], "kind": "weight"}},
+        "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}, *extra_ops],
+        "schedule": {"fusion": "none", "tiling": {"mm": tiling} if tiling else {}},
+    }
+    return parse_workload(raw, "<test>", hw)

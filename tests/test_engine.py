@@ -1,0 +1,113 @@
+"""Closed forms on the tiny chip, exact to the cycle.
+
+tiny: launch 100 cycles; MTE2 start 10 cycles at 64 B/cycle; L2 latency 20,
+HBM latency 100 beyond it; HBM 64 B/cycle shared by both cores; L2 port
+128 B/cycle; MTE1 start 2 at 128 B/cycle; FIXPIPE start 5 at 64 B/cycle;
+Cube start 4 plus one cycle per 16x16x16 fractal.
+"""
+
+import pytest
+
+from simulator.engine.world import simulate_program
+from simulator.pipeline import lower_workload, simulate
+from simulator.schedule.program import (KernelProgram, Program, Region, new_core_program,
+                                        transfer)
+
+from .helpers import matmul_workload
+
+LAUNCH, MTE2, L2_LAT, HBM_LAT = 100, 10, 20, 100
+
+
+def one_kernel(cores_instrs, geometry):
+    cores = []
+    for instrs in cores_instrs:
+        core = new_core_program()
+        for instr in instrs:
+            core.emit(instr)
+        cores.append(core)
+    kernel = KernelProgram("k", ("k",), False, "vector", "fp16", 0, cores, None, 0, 0)
+    return Program([kernel], geometry, 0)
+
+
+def load(tensor, nbytes):
+    return transfer("MTE2", "load", "HBM", "L1", nbytes, Region(tensor, 0, 1, 0, nbytes // 2))
+
+
+@pytest.mark.parametrize("nbytes", [64, 1000, 4096, 65536])
+def test_one_transfer_of_n_bytes(tiny, nbytes):
+    program = one_kernel([[load("t", nbytes)]], {"t": (1, nbytes // 2, 2)})
+    trace = simulate_program(program, tiny)
+    [record] = trace.records
+    expected = MTE2 + L2_LAT + HBM_LAT + -(-nbytes // 64)
+    assert (record.start_cycle, record.end_cycle) == (LAUNCH, LAUNCH + expected)
+    assert trace.cycles == LAUNCH + expected
+    assert record.hbm_bytes == nbytes and record.wait_bandwidth_cycles == 0
+
+
+def test_second_read_hits_l2(tiny):
+    nbytes = 4096
+    program = one_kernel([[load("t", nbytes), load("t", nbytes)]], {"t": (1, nbytes // 2, 2)})
+    first, second = simulate_program(program, tiny).records
+    assert second.l2_hit_bytes == nbytes and second.hbm_bytes == 0
+    # a hit skips HBM's latency and crosses the L2 port (128 B/cycle) at MTE2's 64 B/cycle
+    assert second.end_cycle - second.start_cycle == MTE2 + L2_LAT + nbytes // 64
+
+
+def test_two_cores_streaming_share_hbm_equally(tiny):
+    nbytes = 8192
+    program = one_kernel([[load("a", nbytes)], [load("b", nbytes)]],
+                         {"a": (1, nbytes // 2, 2), "b": (1, nbytes // 2, 2)})
+    records = simulate_program(program, tiny).records
+    alone = MTE2 + L2_LAT + HBM_LAT + nbytes // 64
+    for record in records:
+        # each gets 32 of the 64 B/cycle: twice the streaming time of a core alone
+        assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + HBM_LAT + nbytes // 32
+        assert record.wait_bandwidth_cycles == nbytes // 32 - nbytes // 64
+    assert alone < records[0].end_cycle - records[0].start_cycle
+
+
+def test_one_cube_base_block(tiny):
+    """C[16,16] = A[16,16] · B[16,16] on one core, step by step."""
+    w = matmul_workload(tiny, 16, 16, 16, tiling={"split": {"m": 1, "n": 1}})
+    report = simulate(w)
+    trace = simulate_program(lower_workload(w), tiny)
+    by_label = {r.label.split()[0] + r.label.split()[1]: r for r in trace.records}
+    load_a, load_b = by_label["loadA"], by_label["loadB"]
+    move_a, move_b = by_label["moveA"], by_label["moveB"]
+    mmad = next(r for r in trace.records if r.pipe == "CUBE")
+    drain = next(r for r in trace.records if r.pipe == "FIXPIPE")
+    hbm_read = MTE2 + L2_LAT + HBM_LAT + 512 // 64                   # 138 per 512 B operand
+    assert (load_a.start_cycle, load_a.end_cycle) == (100, 100 + hbm_read)
+    assert (load_b.start_cycle, load_b.end_cycle) == (238, 238 + hbm_read)
+    assert (move_a.start_cycle, move_a.end_cycle) == (238, 238 + 2 + 512 // 128)
+    assert (move_b.start_cycle, move_b.end_cycle) == (376, 376 + 2 + 512 // 128)
+    assert (mmad.start_cycle, mmad.end_cycle) == (382, 382 + 4 + 1)   # one fractal: 1 cycle
+    assert (drain.start_cycle, drain.end_cycle) == (387, 387 + 5 + L2_LAT + HBM_LAT + 512 // 64)
+    assert report["cycles"] == 520
+    assert report["stalls"]["CUBE"]["data"] == 382 - 100
+    assert report["traffic"]["HBM"] == {"read_bytes": 1024, "write_bytes": 512}
+
+
+def test_double_buffering_overlaps_what_single_buffering_serialises(tiny):
+    # four base-k blocks per L1 chunk, so moving and multiplying a chunk takes a while
+    tiling = {"base": {"m": 32, "n": 64, "k": 32}, "step": {"k": 4}, "split": {"m": 1, "n": 1}}
+    cycles, traces = {}, {}
+    for buffers in (1, 2):
+        w = matmul_workload(tiny, 32, 64, 512, tiling={**tiling, "buffers": buffers})
+        traces[buffers] = simulate_program(lower_workload(w), tiny).records
+        cycles[buffers] = max(r.end_cycle for r in traces[buffers])
+
+    def slot_waits(records):
+        return sum(r.wait_slot_cycles for r in records if r.pipe == "MTE2")
+
+    for side in "AB":
+        loads = [r for r in traces[1] if r.label.startswith(f"load {side}")]
+        moves = [r for r in traces[1] if r.label.startswith(f"move {side}")]
+        last_move_of_chunk = moves[3::4]
+        # one slot: chunk i+1 is staged only after MTE1 has moved the last block of chunk i
+        for nxt, prev_move in zip(loads[1:], last_move_of_chunk):
+            assert nxt.start_cycle >= prev_move.end_cycle
+    assert slot_waits(traces[1]) > 0
+    # two slots: MTE2 streams chunk after chunk while MTE1 and the Cube work behind it
+    assert slot_waits(traces[2]) == 0
+    assert cycles[2] < cycles[1]
