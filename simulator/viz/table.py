@@ -14,6 +14,8 @@ def _bar(fraction: float, width: int = 20) -> str:
 
 
 def _pct(fraction: float) -> str:
+    if fraction == 0:
+        return "0%"
     return f"{fraction * 100:5.1f}%" if fraction >= 0.001 else f"{fraction * 100:5.2f}%"
 
 
@@ -49,11 +51,13 @@ def render_report(report) -> str:
     lines += ["", f"  utilization (busy fraction, averaged over the chip's cores)"]
     for unit, fraction in d["utilization"].items():
         lines.append(f"  {unit:<8} {_bar(fraction)} {_pct(fraction)}")
-    lines += ["", "  stalls (cycles summed over cores)  " + "".join(
+    core_cycles = cycles * d["cores"]
+    lines += ["", f"  {'stalls (share of all core-cycles)':<40}" + "".join(
         f"{label:>16}" for label in STALL_LABELS.values())]
     for pipe, causes in d["stalls"].items():
         if any(causes.values()):
-            lines.append(f"  {pipe:<34}" + "".join(f"{causes[c]:>16,}" for c in STALL_LABELS))
+            lines.append(f"  {pipe:<40}" + "".join(
+                f"{_pct(causes[c] / core_cycles):>16}" for c in STALL_LABELS))
     lines += ["", f"  {'kernel':<10}{'ops':<12}{'µs':>10}{'roofline µs':>13}{'HBM read':>12}"
                   f"{'HBM write':>12}  tiling"]
     for k in d["kernels"]:
@@ -87,13 +91,15 @@ def explain(d: dict) -> list[str]:
                    f"{_busy_share(stalls['MTE2']['shared_bandwidth'], 'MTE2', d)} of its busy "
                    "time waiting for its share of HBM.")
     elif d["bound"] == "compute":
+        share = lambda pipe, cause: _pct(stalls[pipe][cause] / (d["cycles"] * d["cores"])).strip()
+        vector_us = sum(k["cycles"] for k in d["kernels"] if k["unit"] == "vector") * us
         out.append(f"Why: compute-bound. The Cube is busy {util['cube'] * 100:.1f}% of the time "
                    f"({d['mac_utilization'] * 100:.1f}% of peak MACs).")
-        cube = stalls["CUBE"]
-        out.append(f"     The Cube waited {cube['data']:,} core-cycles for operands in L0A/L0B; "
-                   f"MTE1 waited {stalls['MTE1']['buffer_slot']:,} for free L0 slots and "
-                   f"{stalls['MTE1']['data']:,} for L1 data; MTE2 waited "
-                   f"{stalls['MTE2']['shared_bandwidth']:,} for shared bandwidth.")
+        out.append(f"     The rest: the Cube waits for operands in L0A/L0B {share('CUBE', 'data')} "
+                   f"of the time (MTE1 waits for L1 data {share('MTE1', 'data')}, MTE2 for its "
+                   f"share of HBM/L2 {share('MTE2', 'shared_bandwidth')}); vector kernels "
+                   f"take {vector_us:,.1f} µs and launches "
+                   f"{d['launch_overhead_cycles'] * us:,.1f} µs during which the Cube is idle.")
     else:
         out.append("Why: latency-bound. Neither the Cube nor HBM is near its peak: fixed costs "
                    f"(launches {d['launch_overhead_cycles']:,} cycles, DMA start-up, pipeline "

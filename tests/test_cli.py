@@ -1,0 +1,89 @@
+"""The command line as a user meets it: exit codes, one-line errors, no tracebacks."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_cli(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+def assert_user_error(result, *fragments):
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr + result.stdout
+    assert result.stderr.startswith("error: ")
+    for fragment in fragments:
+        assert fragment in result.stderr
+
+
+def test_main_job_runs_and_explains(tmp_path):
+    out = tmp_path / "report.json"
+    result = run_cli("run", "workloads/ffn_decode.yaml", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "bound" in result.stdout and "memory" in result.stdout
+    assert "Why: memory-bound" in result.stdout
+    report = json.loads(out.read_text())
+    for key in ("workload", "hardware", "cycles", "time_us", "flops", "achieved_tflops",
+                "peak_tflops", "hbm_bandwidth_tbps", "achieved_hbm_tbps", "bound", "roofline",
+                "traffic", "utilization", "stalls", "kernels"):
+        assert key in report
+    assert set(report["roofline"]) >= {"compute_cycles", "memory_cycles", "bound_cycles",
+                                       "efficiency"}
+    assert set(report["traffic"]["L2"]) >= {"read_bytes", "write_bytes", "hits", "misses"}
+    for kernel in report["kernels"]:
+        assert set(kernel) >= {"name", "ops", "fused", "cycles", "flops", "traffic", "tiling"}
+
+
+def test_json_to_stdout_is_pure_json():
+    result = run_cli("run", "workloads/ffn_decode.yaml", "--json", "-")
+    assert result.returncode == 0
+    assert json.loads(result.stdout)["bound"] == "memory"
+
+
+def test_missing_file():
+    assert_user_error(run_cli("run", "workloads/nope.yaml"), "nope.yaml: file not found")
+
+
+def test_malformed_file(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: broken\nops: [ {op: matmul, inputs: [nope]} \n")
+    result = run_cli("run", str(bad))
+    assert_user_error(result, "malformed YAML", "line")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_field_from_override():
+    assert_user_error(run_cli("run", "workloads/ffn_decode.yaml", "--set", "hardware.HBM.bw=1TB/s"),
+                      "HBM.bw: unknown field")
+
+
+def test_tiling_that_does_not_fit():
+    result = run_cli("run", "workloads/ffn_decode.yaml",
+                     "--set", "schedule.tiling.down.base.n=4096")
+    assert_user_error(result, "schedule.tiling.down", "does not fit L0B", "65536")
+
+
+def test_tiling_not_a_multiple_of_the_fractal():
+    result = run_cli("run", "workloads/ffn_decode.yaml", "--set", "schedule.tiling.gate.base.k=100")
+    assert_user_error(result, "schedule.tiling.gate.base.k: 100 is not a multiple of the Cube "
+                              "fractal k=16")
+
+
+def test_json_refuses_to_overwrite_a_users_file(tmp_path):
+    precious = tmp_path / "notes.json"
+    precious.write_text('{"mine": true}')
+    result = run_cli("run", "workloads/ffn_decode.yaml", "--json", str(precious))
+    assert_user_error(result, "--force")
+    assert precious.read_text() == '{"mine": true}'
+
+
+@pytest.mark.parametrize("args", [["--help"], ["run", "--help"]])
+def test_help(args):
+    assert run_cli(*args).returncode == 0

@@ -1,0 +1,131 @@
+"""Physics as properties, over random shapes and legal tilings on the tiny chip."""
+
+import json
+
+import pytest
+import simpy
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from simulator.engine.bandwidth import SharedChannel
+from simulator.pipeline import lower_workload, simulate
+from simulator.schedule.tiling import TilingError
+
+from .helpers import matmul_workload
+
+EPILOGUES = st.sampled_from([
+    (),
+    ({"name": "b", "op": "bias_add", "inputs": ["c", "bias"], "output": "d"},),
+    ({"name": "g", "op": "gelu", "inputs": ["c"], "output": "d"},),
+])
+
+
+@st.composite
+def cases(draw, max_m=96, max_n=96, max_k=160):
+    """A shape and a tiling within it: base sizes fractal multiples no larger than the problem."""
+    m, n, k = draw(st.integers(1, max_m)), draw(st.integers(1, max_n)), draw(st.integers(1, max_k))
+
+    def base(dim, largest):
+        return 16 * draw(st.integers(1, min(largest, -(-dim // 16))))
+
+    base_k = base(k, 4)
+    split_m = draw(st.integers(1, 2))
+    tiling = {
+        "base": {"m": base(m, 4), "n": base(n, 4), "k": base_k},
+        "step": {"k": draw(st.integers(1, max(1, -(-k // base_k))))},
+        "order": draw(st.sampled_from(["m", "n"])),
+        "buffers": draw(st.integers(1, 2)),
+        "split": {"m": split_m, "n": draw(st.integers(1, 2 // split_m))},
+    }
+    return m, n, k, tiling
+
+
+def legal_workload(tiny, case, epilogue):
+    m, n, k, tiling = case
+    workload = matmul_workload(tiny, m, n, k, tiling=tiling, extra_ops=epilogue)
+    try:
+        lower_workload(workload)
+    except TilingError:
+        assume(False)
+    return workload
+
+
+SHAPES = dict(case=cases(), epilogue=EPILOGUES)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**SHAPES)
+def test_physics_holds(tiny, case, epilogue):
+    check_physics(tiny, case, epilogue)
+
+
+@pytest.mark.slow
+@settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(**SHAPES)
+def test_physics_holds_broadly(tiny, case, epilogue):
+    check_physics(tiny, case, epilogue)
+
+
+def check_physics(tiny, case, epilogue):
+    workload = legal_workload(tiny, case, epilogue)
+    report = simulate(workload).to_dict()
+    traffic = report["traffic"]
+
+    # never faster than the roofline
+    assert report["cycles"] >= report["roofline"]["bound_cycles"]
+    assert 0 < report["roofline"]["efficiency"] <= 1
+
+    # every external input comes from HBM at least once; every result is written exactly once
+    inputs = {t for op in workload.ops for t in op.inputs} - {op.output for op in workload.ops}
+    assert traffic["HBM"]["read_bytes"] >= sum(workload.tensors[t].nbytes for t in inputs)
+    assert traffic["HBM"]["write_bytes"] == sum(workload.tensors[op.output].nbytes
+                                                for op in workload.ops)
+    # bytes conserved: what is moved into L0A/L0B/UB is consumed from there, no more, no less
+    for level in ("L0A", "L0B", "UB"):
+        assert traffic[level]["read_bytes"] == traffic[level]["write_bytes"]
+    # whatever L1 received came over L2 (hits) or HBM (misses, fetched by whole sectors)
+    assert traffic["L1"]["write_bytes"] <= traffic["HBM"]["read_bytes"] + traffic["L2"]["read_bytes"]
+
+    # buffers never hold more than their capacity
+    for buffer, peak in report["peak_buffer_bytes"].items():
+        assert peak <= report["buffer_capacity_bytes"][buffer]
+
+    # utilizations are fractions
+    assert all(0 <= u <= 1 for u in report["utilization"].values())
+
+
+@settings(max_examples=15, deadline=None)
+@given(case=cases(64, 64, 96))
+def test_same_input_gives_identical_json(tiny, case):
+    workload = legal_workload(tiny, case, ())
+    first = json.dumps(simulate(workload).to_dict(), sort_keys=True)
+    second = json.dumps(simulate(workload).to_dict(), sort_keys=True)
+    assert first == second
+
+
+@settings(max_examples=200, deadline=None)
+@given(capacity=st.integers(1, 512),
+       flows=st.lists(st.tuples(st.integers(0, 50), st.integers(1, 100_000), st.integers(1, 256)),
+                      min_size=1, max_size=12))
+def test_shared_channel_never_exceeds_its_bandwidth(capacity, flows):
+    """Each flow: (start cycle, bytes, engine cap). Max-min sharing must respect both limits."""
+    env = simpy.Environment()
+    channel = SharedChannel(env, "HBM", float(capacity))
+    finished = {}
+
+    def flow(index, start, nbytes, cap):
+        yield env.timeout(start)
+        yield channel.transfer(nbytes, float(cap))
+        finished[index] = env.now
+
+    for index, (start, nbytes, cap) in enumerate(flows):
+        env.process(flow(index, start, nbytes, cap))
+    env.run()
+    assert len(finished) == len(flows)
+    for index, (start, nbytes, cap) in enumerate(flows):
+        # no flow beats its own cap or the whole channel
+        assert finished[index] - start >= nbytes / min(cap, capacity) - 1e-6
+    # all bytes that started by time t0 cannot finish before t0 + bytes / capacity
+    first_start = min(start for start, _, _ in flows)
+    total = sum(nbytes for _, nbytes, _ in flows)
+    assert max(finished.values()) - first_start >= total / capacity - 1e-6
