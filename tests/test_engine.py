@@ -10,8 +10,7 @@ import pytest
 
 from simulator.engine.world import simulate_program
 from simulator.pipeline import lower_workload, simulate
-from simulator.schedule.program import (KernelProgram, Program, Region, new_core_program,
-                                        transfer)
+from simulator.schedule.program import KernelProgram, Program, Region, new_core_program, transfer
 
 from .helpers import matmul_workload
 

@@ -84,7 +84,8 @@ def check_physics(tiny, case, epilogue):
     for level in ("L0A", "L0B", "UB"):
         assert traffic[level]["read_bytes"] == traffic[level]["write_bytes"]
     # whatever L1 received came over L2 (hits) or HBM (misses, fetched by whole sectors)
-    assert traffic["L1"]["write_bytes"] <= traffic["HBM"]["read_bytes"] + traffic["L2"]["read_bytes"]
+    global_read = traffic["HBM"]["read_bytes"] + traffic["L2"]["read_bytes"]
+    assert traffic["L1"]["write_bytes"] <= global_read
 
     # buffers never hold more than their capacity
     for buffer, peak in report["peak_buffer_bytes"].items():

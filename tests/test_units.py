@@ -1,7 +1,6 @@
 import pytest
 
-from simulator.units import (UnitError, format_size, parse_clock, parse_rate, parse_size,
-                             parse_time)
+from simulator.units import UnitError, format_size, parse_clock, parse_rate, parse_size, parse_time
 
 
 @pytest.mark.parametrize("text, expected", [

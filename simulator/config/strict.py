@@ -119,7 +119,8 @@ class Fields:
         for key in self.raw:
             if key not in self.used:
                 known = ", ".join(sorted(self.used))
-                self.problems.add(join(self.path, str(key)), f"unknown field (known fields: {known})")
+                self.problems.add(join(self.path, str(key)),
+                                  f"unknown field (known fields: {known})")
 
 
 def as_int(minimum: int = 1, maximum: int | None = None) -> Callable[[Any], int]:

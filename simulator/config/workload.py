@@ -15,7 +15,17 @@ from typing import Any
 from ..errors import ConfigError, Problems
 from ..graph.ops import OPS
 from .hardware import DTYPES, Hardware, load_hardware, resolve_hardware_path
-from .strict import Fields, REQUIRED, _kind, apply_overrides, as_int, as_name, join, one_of, read_yaml
+from .strict import (
+    REQUIRED,
+    Fields,
+    _kind,
+    apply_overrides,
+    as_int,
+    as_name,
+    join,
+    one_of,
+    read_yaml,
+)
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1}
 TENSOR_KINDS = ("activation", "weight")
@@ -165,7 +175,7 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     if fusion == "auto":
         problems.add("schedule.fusion", "'auto' needs the fusion pass, which is not built yet; "
                      "use 'none' (every op runs as its own kernel)")
-    op_names = {o.get("name") for o in raw_ops or [] if isinstance(o, dict)}
+    op_names = {str(o.get("name")) for o in raw_ops or [] if isinstance(o, dict)}
     tiling = _parse_tiling(sched.sub("tiling", default={}), op_names, problems)
     sched.finish()
     top.finish()
@@ -246,6 +256,10 @@ def _parse_tiling(f: Fields, op_names: set[str], problems: Problems) -> dict[str
         if key != "default" and key not in op_names:
             problems.add(path, f"no op named '{key}' (ops: {', '.join(sorted(op_names))}, "
                          "or 'default')")
+            continue
+        if f.raw[key] == "auto":
+            problems.add(path, "'auto' asks for the tiling search, which is not built yet; "
+                         "leave this kernel out to get a legal tiling derived from its shapes")
             continue
         t = Fields(f.raw[key], path, problems)
         base = t.sub("base", default={})

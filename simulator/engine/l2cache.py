@@ -33,7 +33,7 @@ class L2Cache:
         self.misses = 0
 
     def _touch(self, region: Region):
-        """For each granule touched: key, sector mask needed, rows used, granule rows, column span."""
+        """Per granule touched: key, sectors needed, rows used, granule rows, column span."""
         rows, cols, _ = self.geometry[region.tensor]
         for gr in range(region.row0 // GRANULE_ROWS, (region.row1 - 1) // GRANULE_ROWS + 1):
             g_r0, g_r1 = gr * GRANULE_ROWS, min(rows, (gr + 1) * GRANULE_ROWS)

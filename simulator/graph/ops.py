@@ -25,7 +25,8 @@ class OpSpec:
         if self.unit == "cube":
             a, b = shapes
             if len(a) != 2 or len(b) != 2:
-                raise ValueError(f"matmul takes two 2-D tensors, got shapes {list(a)} and {list(b)}")
+                raise ValueError(f"matmul takes two 2-D tensors, got shapes {list(a)} and "
+                                 f"{list(b)}")
             if a[1] != b[0]:
                 raise ValueError(f"inner dimensions differ: {list(a)} · {list(b)} "
                                  f"({a[1]} != {b[0]})")

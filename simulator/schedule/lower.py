@@ -23,10 +23,26 @@ from ..config.workload import DTYPE_BYTES, Tensor, Workload
 from ..errors import SimulatorError
 from ..graph.dataflow import Kernel
 from ..graph.ops import OPS
-from .program import (CoreProgram, Instr, KernelProgram, Program, Region, SlotRing,
-                      new_core_program, transfer)
-from .tiling import (ACCUMULATOR_BYTES, MatmulShape, TilingError, buffer_needs, cube_cycles,
-                     resolve_tiling, round_up, single_core_extent)
+from .program import (
+    CoreProgram,
+    Instr,
+    KernelProgram,
+    Program,
+    Region,
+    SlotRing,
+    new_core_program,
+    transfer,
+)
+from .tiling import (
+    ACCUMULATOR_BYTES,
+    MatmulShape,
+    TilingError,
+    buffer_needs,
+    cube_cycles,
+    resolve_tiling,
+    round_up,
+    single_core_extent,
+)
 
 UB_ALIGN_BYTES = 32  # UB and L1 addresses are 32-byte aligned (Ascend C hardware constraints)
 

@@ -116,7 +116,10 @@ def resolve_tiling(shape: MatmulShape, spec: TilingSpec, hw: Hardware, kernel: s
     return tiling
 
 
-def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = TilingSpec()) -> Tiling:
+NOTHING_FIXED = TilingSpec()
+
+
+def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING_FIXED) -> Tiling:
     """A legal tiling derived from the shapes and the buffer sizes, honouring fields already fixed.
 
     Core split: the (split.m, split.n) whose largest per-core block is smallest,

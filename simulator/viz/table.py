@@ -33,7 +33,8 @@ def render_report(report) -> str:
         f"  →  efficiency {roof['efficiency'] * 100:.1f}%",
         f"  compute     {d['achieved_tflops']:12,.2f} TFLOPS of {d['peak_tflops']:.1f} peak "
         f"({d['mac_utilization'] * 100:.2f}%)",
-        f"  HBM         {d['achieved_hbm_tbps']:12,.3f} TB/s   of {d['hbm_bandwidth_tbps']:.2f} peak "
+        f"  HBM         {d['achieved_hbm_tbps']:12,.3f} TB/s   of "
+        f"{d['hbm_bandwidth_tbps']:.2f} peak "
         f"({d['achieved_hbm_tbps'] / d['hbm_bandwidth_tbps'] * 100:.1f}%)",
         f"  launch      {d['launch_overhead_cycles'] * us:12,.2f} µs   "
         f"({len(d['kernels'])} kernel launches)",
@@ -46,9 +47,9 @@ def render_report(report) -> str:
             lookups = t["hits"] + t["misses"]
             extra = f"   {t['hits']:,} hits / {t['misses']:,} misses" + (
                 f" ({t['hits'] / lookups * 100:.1f}% hit)" if lookups else "")
-        lines.append(f"  {level:<6} {fmt_bytes(t['read_bytes']):>11}  {fmt_bytes(t['write_bytes']):>11}"
-                     f"{extra}")
-    lines += ["", f"  utilization (busy fraction, averaged over the chip's cores)"]
+        lines.append(f"  {level:<6} {fmt_bytes(t['read_bytes']):>11}  "
+                     f"{fmt_bytes(t['write_bytes']):>11}{extra}")
+    lines += ["", "  utilization (busy fraction, averaged over the chip's cores)"]
     for unit, fraction in d["utilization"].items():
         lines.append(f"  {unit:<8} {_bar(fraction)} {_pct(fraction)}")
     core_cycles = cycles * d["cores"]
@@ -91,7 +92,9 @@ def explain(d: dict) -> list[str]:
                    f"{_busy_share(stalls['MTE2']['shared_bandwidth'], 'MTE2', d)} of its busy "
                    "time waiting for its share of HBM.")
     elif d["bound"] == "compute":
-        share = lambda pipe, cause: _pct(stalls[pipe][cause] / (d["cycles"] * d["cores"])).strip()
+        def share(pipe: str, cause: str) -> str:
+            return _pct(stalls[pipe][cause] / (d["cycles"] * d["cores"])).strip()
+
         vector_us = sum(k["cycles"] for k in d["kernels"] if k["unit"] == "vector") * us
         out.append(f"Why: compute-bound. The Cube is busy {util['cube'] * 100:.1f}% of the time "
                    f"({d['mac_utilization'] * 100:.1f}% of peak MACs).")
