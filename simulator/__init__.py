@@ -3,7 +3,7 @@
     import simulator as sim
     w = sim.load_workload("workloads/ffn_decode.yaml", ["params.tokens=64"])
     r = sim.simulate(w)
-    print(r.summary())
+    r.summary()        # the report as a readable table
 """
 
 from __future__ import annotations
