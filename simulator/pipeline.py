@@ -26,5 +26,6 @@ def simulate(workload: Workload) -> Report:
         "hardware_file": workload.hardware.source,
         "overrides": [f"{path}={value}" for path, value in workload.overrides],
         "params": dict(workload.params),
+        "hardware": workload.hardware.to_dict(),
     }
     return analyse(trace, program, workload.hardware, workload.name, provenance)

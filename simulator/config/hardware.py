@@ -8,7 +8,7 @@ clock, every rate bytes per cycle.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -85,6 +85,22 @@ class Hardware:
 
     def cycles_to_us(self, cycles: float) -> float:
         return cycles / self.clock_hz * 1e6
+
+    def to_dict(self) -> dict:
+        """The resolved figures (bytes, cycles, bytes per cycle), for a report's provenance."""
+        return {
+            "name": self.name, "clock_hz": self.clock_hz, "cores": self.cores,
+            "memories": {n: asdict(m) for n, m in self.memories.items()},
+            "buffer_bytes": dict(self.buffer_bytes),
+            "engines": {n: {"latency_cycles": e.latency_cycles,
+                            "path_bytes_per_cycle": {f"{s}->{d}": r for (s, d), r
+                                                     in e.path_bytes_per_cycle.items()}}
+                        for n, e in self.engines.items()},
+            "cube": {"latency_cycles": self.cube.latency_cycles,
+                     "fractal": {k: list(v) for k, v in self.cube.fractal.items()}},
+            "vector": asdict(self.vector),
+            "launch_overhead_cycles": self.launch_overhead_cycles,
+        }
 
 
 def resolve_hardware_path(name_or_path: str, relative_to: Path | None = None) -> Path:
