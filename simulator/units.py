@@ -99,25 +99,22 @@ def parse_clock(value: object) -> float:
     return hertz
 
 
-def format_size(nbytes: float) -> str:
-    """Bytes in binary prefixes, three significant figures: 283656192 -> '270.5 MiB'."""
+def _format_bytes(nbytes: float, step: int, units: tuple[str, ...]) -> str:
     value = float(nbytes)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    raise AssertionError("unreachable")
+    for unit in units[:-1]:
+        if abs(value) < step:
+            break
+        value /= step
+    else:
+        unit = units[-1]
+    return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+
+
+def format_size(nbytes: float) -> str:
+    """Bytes in binary prefixes, as capacities are quoted: 65536 -> '64.0 KiB'."""
+    return _format_bytes(nbytes, 1024, ("B", "KiB", "MiB", "GiB"))
 
 
 def format_bytes_decimal(nbytes: float) -> str:
-    """Bytes in decimal prefixes (as bandwidths are quoted): 270532608 -> '270.5 MB'."""
-    value = float(nbytes)
-    for unit in ("B", "KB", "MB", "GB"):
-        if abs(value) < 1000 or unit == "GB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1000
-    raise AssertionError("unreachable")
-
-
-def format_time_us(microseconds: float) -> str:
-    return f"{microseconds:,.2f} µs"
+    """Bytes in decimal prefixes, as traffic and bandwidth are quoted: 270532608 -> '270.5 MB'."""
+    return _format_bytes(nbytes, 1000, ("B", "KB", "MB", "GB"))

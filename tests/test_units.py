@@ -55,3 +55,10 @@ def test_clocks():
 def test_format_size():
     assert format_size(65536) == "64.0 KiB"
     assert format_size(100) == "100 B"
+    assert format_size(5 * 1024**4) == "5120.0 GiB"
+
+
+def test_format_bytes_decimal():
+    from simulator.units import format_bytes_decimal
+    assert format_bytes_decimal(270532608) == "270.5 MB"
+    assert format_bytes_decimal(999) == "999 B"

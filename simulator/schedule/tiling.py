@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from ..config.hardware import Hardware
 from ..config.workload import TilingSpec
 from ..errors import SimulatorError
+from ..units import format_size
 
 ACCUMULATOR_BYTES = 4  # L0C accumulates in fp32 (int32 for int8)
 
@@ -101,7 +102,8 @@ def check_tiling(shape: MatmulShape, t: Tiling, hw: Hardware, path: str, kernel:
         capacity = hw.buffer_bytes[buffer]
         if need > capacity:
             problems.append(f"{path}: does not fit {buffer} for kernel '{kernel}': {formula} = "
-                            f"{need} B > {buffer} capacity {capacity} B")
+                            f"{need} B ({format_size(need)}) > {buffer} capacity {capacity} B "
+                            f"({format_size(capacity)})")
     return problems
 
 
