@@ -100,14 +100,10 @@ def parse_clock(value: object) -> float:
 
 
 def _format_bytes(nbytes: float, step: int, units: tuple[str, ...]) -> str:
-    value = float(nbytes)
-    for unit in units[:-1]:
-        if abs(value) < step:
-            break
-        value /= step
-    else:
-        unit = units[-1]
-    return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+    value, index = float(nbytes), 0
+    while abs(value) >= step and index < len(units) - 1:
+        value, index = value / step, index + 1
+    return f"{value:.0f} B" if index == 0 else f"{value:.1f} {units[index]}"
 
 
 def format_size(nbytes: float) -> str:
