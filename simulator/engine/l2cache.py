@@ -1,13 +1,16 @@
 """The L2 as a tile-granularity LRU cache in front of HBM.
 
 Tensors are viewed as 2-D (rows × last dim) and cut into granules of
-GRANULE_ROWS rows × GRANULE_COLS columns, each holding a presence bit per
-SECTOR_COLS-column sector. This is a modelling granularity, not a hardware
-figure: a 256 KiB operand chunk is a few dozen lookups, and kernels that tile
-the same tensor differently still find each other's data. A read hits on the
-sectors present; missing sectors are fetched whole from HBM (rows of the
-granule clipped to the tensor) and become present. Writes go through to HBM
-and allocate. Eviction is least recently used, by granule.
+GRANULE_ROWS rows × GRANULE_COLS columns. Inside a granule, presence is kept
+per cell (one row × SECTOR_COLS columns) as one bit of a Python int, so a
+lookup or a fill is a handful of integer operations whatever the region's
+shape. This is a modelling granularity, not a hardware figure.
+
+A read hits on the cells present and fetches the missing ones from HBM
+(whole cells: at most SECTOR_COLS - 1 extra elements at each end of a row). A
+cell being fetched is present at once, but a reader that hits it must wait
+for the fetch to land (it merges into the outstanding miss). Writes go
+through to HBM and allocate. Eviction is least recently used, by granule.
 """
 
 from __future__ import annotations
@@ -20,90 +23,102 @@ GRANULE_ROWS = 16
 SECTOR_COLS = 16
 SECTORS = 16
 GRANULE_COLS = SECTOR_COLS * SECTORS
+_ROW_BITS = SECTORS
+# _ROWS_OF[n]: the bit pattern that repeats a one-row sector mask over n rows
+_ROWS_OF = [sum(1 << (_ROW_BITS * r) for r in range(n)) for n in range(GRANULE_ROWS + 1)]
+# _COLUMN_OF[s]: the bits of sector s in every row of a granule
+_COLUMN_OF = [_ROWS_OF[GRANULE_ROWS] << s for s in range(SECTORS)]
+
+
+class _Line:
+    __slots__ = ("cells", "nbytes", "fill")
+
+    def __init__(self):
+        self.cells = 0          # present cells, bit (row * SECTORS + sector)
+        self.nbytes = 0
+        self.fill = None        # the event of the latest fetch into this granule, if in flight
 
 
 class L2Cache:
     def __init__(self, capacity_bytes: int, geometry: dict[str, tuple[int, int, int]]):
         self.capacity_bytes = capacity_bytes
         self.geometry = geometry
-        self.lines: OrderedDict[tuple, int] = OrderedDict()   # key -> present sector mask
-        self.line_bytes: dict[tuple, int] = {}
+        self.lines: OrderedDict[tuple, _Line] = OrderedDict()
         self.used_bytes = 0
         self.hits = 0
         self.misses = 0
 
     def _touch(self, region: Region):
-        """Per granule touched: key, sectors needed, rows used, granule rows, column span."""
-        rows, cols, _ = self.geometry[region.tensor]
+        """Per granule touched: its key, the cells needed, the region's bytes in it, column base."""
+        rows, cols, elem = self.geometry[region.tensor]
+        if not (0 <= region.row0 < region.row1 <= rows and 0 <= region.col0 < region.col1 <= cols):
+            raise AssertionError(f"region {region} outside tensor of {rows}x{cols}")
         for gr in range(region.row0 // GRANULE_ROWS, (region.row1 - 1) // GRANULE_ROWS + 1):
-            g_r0, g_r1 = gr * GRANULE_ROWS, min(rows, (gr + 1) * GRANULE_ROWS)
-            in_rows = min(region.row1, g_r1) - max(region.row0, g_r0)
+            r0 = max(region.row0, gr * GRANULE_ROWS)
+            r1 = min(region.row1, (gr + 1) * GRANULE_ROWS)
+            row_pattern = _ROWS_OF[r1 - r0] << (_ROW_BITS * (r0 - gr * GRANULE_ROWS))
             for gc in range(region.col0 // GRANULE_COLS, (region.col1 - 1) // GRANULE_COLS + 1):
                 base = gc * GRANULE_COLS
                 lo, hi = max(region.col0, base), min(region.col1, base + GRANULE_COLS)
                 first, last = (lo - base) // SECTOR_COLS, (hi - 1 - base) // SECTOR_COLS
-                need = ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
-                yield (region.tensor, gr, gc), need, in_rows, g_r1 - g_r0, lo, hi, base, cols
+                sectors = ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
+                yield ((region.tensor, gr, gc), sectors * row_pattern, (r1 - r0) * (hi - lo) * elem,
+                       base, cols, elem)
 
-    def read(self, region: Region) -> tuple[int, int]:
-        """Look a region up; returns (bytes L2 serves, bytes fetched from HBM into L2)."""
-        elem = self.geometry[region.tensor][2]
+    def read(self, region: Region, fill) -> tuple[int, int, list]:
+        """Look a region up. Missing cells are fetched by this read, whose completion event is
+        `fill`. Returns (bytes L2 serves, bytes fetched from HBM, fetches still in flight that
+        the hit part must wait for)."""
         hit_bytes = fetch_bytes = 0
-        for key, need, in_rows, g_rows, lo, hi, base, cols in self._touch(region):
-            present = self.lines.get(key, 0)
+        in_flight = []
+        for key, need, region_bytes, base, cols, elem in self._touch(region):
+            line = self.lines.get(key)
+            present = line.cells if line else 0
             missing = need & ~present
-            if present:
+            if line:
                 self.lines.move_to_end(key)
+                if line.fill is not None and not line.fill.triggered and missing != need:
+                    in_flight.append(line.fill)
             if not missing:
                 self.hits += 1
-                hit_bytes += in_rows * (hi - lo) * elem
+                hit_bytes += region_bytes
                 continue
             self.misses += 1
-            fetched = _sector_cols(missing, base, cols) * g_rows * elem
-            fetch_bytes += fetched
-            if missing != need:
-                hit_bytes += in_rows * (_sector_overlap(need & present, base, lo, hi)) * elem
-            self._fill(key, present | need, g_rows * elem * _sector_cols(present | need, base,
-                                                                          cols))
-        return hit_bytes, fetch_bytes
+            hit_bytes += region_bytes * (need & present).bit_count() // need.bit_count()
+            fetch_bytes += _cell_bytes(missing, base, cols, elem)
+            line = self._fill(key, present | need, base, cols, elem)
+            if line is not None:
+                line.fill = fill
+        return hit_bytes, fetch_bytes, in_flight
 
     def write(self, region: Region) -> None:
-        """Write-through with allocate: the written sectors become present and recently used."""
-        elem = self.geometry[region.tensor][2]
-        for key, need, _in_rows, g_rows, _lo, _hi, base, cols in self._touch(region):
-            mask = self.lines.get(key, 0) | need
-            self._fill(key, mask, g_rows * elem * _sector_cols(mask, base, cols))
+        """Write-through with allocate: the written cells become present and recently used."""
+        for key, need, _bytes, base, cols, elem in self._touch(region):
+            line = self.lines.get(key)
+            self._fill(key, (line.cells if line else 0) | need, base, cols, elem)
 
-    def _fill(self, key: tuple, mask: int, nbytes: int) -> None:
-        self.used_bytes -= self.line_bytes.pop(key, 0)
-        self.lines.pop(key, None)
+    def _fill(self, key: tuple, cells: int, base: int, cols: int, elem: int) -> _Line | None:
+        line = self.lines.pop(key, None) or _Line()
+        self.used_bytes -= line.nbytes
+        nbytes = _cell_bytes(cells, base, cols, elem)
         if nbytes > self.capacity_bytes:
-            return
+            return None
         while self.used_bytes + nbytes > self.capacity_bytes:
-            evicted, _ = self.lines.popitem(last=False)
-            self.used_bytes -= self.line_bytes.pop(evicted)
-        self.lines[key] = mask
-        self.line_bytes[key] = nbytes
+            _, evicted = self.lines.popitem(last=False)
+            self.used_bytes -= evicted.nbytes
+        line.cells, line.nbytes = cells, nbytes
+        self.lines[key] = line
         self.used_bytes += nbytes
+        return line
 
 
-def _sector_cols(mask: int, base: int, cols: int) -> int:
-    """Columns covered by the sectors in `mask`, clipped to the tensor's width."""
+def _cell_bytes(cells: int, base: int, cols: int, elem: int) -> int:
+    """Bytes of the cells in `cells`; a granule's last sector may be cut by the tensor's edge."""
     if base + GRANULE_COLS <= cols:
-        return mask.bit_count() * SECTOR_COLS
+        return cells.bit_count() * SECTOR_COLS * elem
     total = 0
     for sector in range(SECTORS):
-        if mask >> sector & 1:
-            lo = base + sector * SECTOR_COLS
-            total += max(0, min(cols, lo + SECTOR_COLS) - lo)
-    return total
-
-
-def _sector_overlap(mask: int, base: int, lo: int, hi: int) -> int:
-    """Columns of [lo, hi) that fall in the sectors of `mask`."""
-    total = 0
-    for sector in range(SECTORS):
-        if mask >> sector & 1:
-            s_lo = base + sector * SECTOR_COLS
-            total += max(0, min(hi, s_lo + SECTOR_COLS) - max(lo, s_lo))
+        width = min(cols, base + (sector + 1) * SECTOR_COLS) - (base + sector * SECTOR_COLS)
+        if width > 0:
+            total += (cells & _COLUMN_OF[sector]).bit_count() * width * elem
     return total

@@ -159,17 +159,21 @@ class World:
     def _transfer(self, instr: Instr):
         """Latency, then the bytes over each shared memory they cross at the shared rate.
 
-        A global-memory read looks up L2: hits cross the L2 port, misses are
-        fetched over HBM (filling L2). A write goes through to HBM and
-        allocates in L2. Returns (L2 hit bytes, HBM bytes, uncontended cycles).
+        A global-memory read looks up L2: hits cross the L2 port (after any
+        other core's fetch of the same cells has landed), misses are fetched
+        over HBM (filling L2). A write goes through to HBM and allocates in L2.
+        Returns (L2 hit bytes, HBM bytes, uncontended cycles); the time spent
+        beyond the uncontended cycles is waiting on the shared memories.
         """
         src, dst = instr.src, instr.dst
         latency, rate = self.routes[(src, dst)]
         hit_bytes = hbm_bytes = 0
+        fill = in_flight = None
         if src == "HBM":
-            hit_bytes, hbm_bytes = self.l2.read(instr.region)
+            fill = self.env.event()
+            hit_bytes, hbm_bytes, in_flight = self.l2.read(instr.region, fill)
             latency += self.l2_latency + (self.hbm_latency if hbm_bytes else 0)
-            legs = (("L2", hit_bytes, self.routes[("L2", dst)][1]), ("HBM", hbm_bytes, rate))
+            legs = (("HBM", hbm_bytes, rate), ("L2", hit_bytes, self.routes[("L2", dst)][1]))
         elif dst == "HBM":
             self.l2.write(instr.region)
             hbm_bytes = instr.nbytes
@@ -180,12 +184,18 @@ class World:
         ideal = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in legs)
         yield self.env.timeout(latency)
         for channel, nbytes, cap in legs:
+            if channel == "L2" and in_flight:
+                yield self.env.all_of(in_flight)
             if not nbytes:
                 continue
             if channel is None:
                 yield self.env.timeout(math.ceil(nbytes / cap))
             else:
                 yield self.channels[channel].transfer(nbytes, cap)
+            if channel == "HBM" and fill is not None:
+                fill.succeed()      # the fetched cells have landed in L2
+        if fill is not None and not fill.triggered:
+            fill.succeed()
         return hit_bytes, hbm_bytes, ideal
 
 

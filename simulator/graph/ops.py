@@ -34,7 +34,9 @@ class OpSpec:
         out = shapes[0]
         for other in shapes[1:]:
             if not _broadcasts(other, out):
-                raise ValueError(f"shape {list(other)} does not broadcast to {list(out)}")
+                raise ValueError(f"shape {list(other)} does not broadcast to {list(out)} (an "
+                                 "input must match, be one row [..., 1, N] or one column "
+                                 "[..., 1])")
         return out
 
     def flops(self, shapes: list[tuple[int, ...]]) -> int:
@@ -45,9 +47,16 @@ class OpSpec:
 
 
 def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+    """Same shape, a row broadcast over every leading dim (a bias [N] against [..., N]),
+    or a column broadcast (a per-row scale [..., 1]); scalars are both."""
     if len(small) > len(big):
         return False
-    return all(s in (1, b) for s, b in zip(reversed(small), reversed(big)))
+    small = (1,) * (len(big) - len(small)) + tuple(small)
+    if small == tuple(big):
+        return True
+    row = all(s == 1 for s in small[:-1]) and small[-1] in (1, big[-1])
+    column = small[-1] == 1 and small[:-1] == tuple(big[:-1])
+    return row or column
 
 
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in (

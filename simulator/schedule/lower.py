@@ -216,26 +216,36 @@ def lower_elementwise(kernel: Kernel, workload: Workload, hw: Hardware) -> Kerne
     out = workload.tensors[op.output]
     inputs = [workload.tensors[name] for name in op.inputs]
     rows, cols = as_2d(out)
-    elem_bytes = DTYPE_BYTES[out.dtype]
     buffers = workload.tiling_for(op.name).buffers or 2
-    # UB holds one slot per input and one for the output, each `buffers` deep.
-    slot_limit = hw.buffer_bytes["UB"] // ((len(inputs) + 1) * buffers)
-    max_elems = max(1, (slot_limit // UB_ALIGN_BYTES * UB_ALIGN_BYTES) // elem_bytes)
-    per_core = round_up(-(-rows * cols // hw.cores), UB_ALIGN_BYTES // elem_bytes)
+    # UB holds a slot per input and one for the output, each `buffers` deep: size the tile so
+    # that all of them fit even if no input is broadcast.
+    bytes_per_elem = sum(DTYPE_BYTES[t.dtype] for t in (*inputs, out))
+    max_elems = max(1, hw.buffer_bytes["UB"] // (buffers * bytes_per_elem)
+                    // UB_ALIGN_BYTES * UB_ALIGN_BYTES)
+    per_core = round_up(-(-rows * cols // hw.cores), UB_ALIGN_BYTES)
     tile_elems = min(max_elems, per_core)
     tile_cols = min(cols, tile_elems)
     tile_rows = max(1, min(rows, tile_elems // tile_cols))
     tiles = [(r, c) for r in range(0, rows, tile_rows) for c in range(0, cols, tile_cols)]
-    slot_bytes = round_up(tile_rows * tile_cols * elem_bytes, UB_ALIGN_BYTES)
+
+    def slot_bytes(tensor: Tensor) -> int:
+        region = _broadcast_region(tensor, 0, tile_rows, 0, tile_cols)
+        return round_up((region.row1 - region.row0) * (region.col1 - region.col0)
+                        * DTYPE_BYTES[tensor.dtype], UB_ALIGN_BYTES)
+
     factor = hw.vector.cost_factor[spec.cost_class]
     cores = []
     for core_index in range(min(hw.cores, len(tiles))):
         core = new_core_program()
-        in_rings = [SlotRing(core, "UB", slot_bytes, buffers) for _ in inputs]
-        out_ring = SlotRing(core, "UB", slot_bytes, buffers)
+        in_rings = [SlotRing(core, "UB", slot_bytes(t), buffers) for t in inputs]
+        out_ring = SlotRing(core, "UB", slot_bytes(out), buffers)
         for r0, c0 in tiles[core_index::hw.cores]:
             r1, c1 = min(rows, r0 + tile_rows), min(cols, c0 + tile_cols)
-            compute = Instr("VECTOR", f"{op.op} [{r0}:{r1}, {c0}:{c1}]")
+            out_bytes = (r1 - r0) * (c1 - c0) * DTYPE_BYTES[out.dtype]
+            compute = Instr("VECTOR", f"{op.op} [{r0}:{r1}, {c0}:{c1}]", nbytes=out_bytes,
+                            cycles=hw.vector.latency_cycles + math.ceil(
+                                out_bytes * factor / hw.vector.bytes_per_cycle),
+                            writes=(("UB", out_bytes),))
             in_bytes = []
             for tensor, ring in zip(inputs, in_rings):
                 region = _broadcast_region(tensor, r0, r1, c0, c1)
@@ -248,12 +258,7 @@ def lower_elementwise(kernel: Kernel, workload: Workload, hw: Hardware) -> Kerne
                 core.emit(load)
                 ring.first_use(compute, slot)
                 ring.last_use(compute, slot)
-            out_bytes = (r1 - r0) * (c1 - c0) * elem_bytes
-            compute.nbytes = out_bytes
             compute.reads = tuple(("UB", n) for n in in_bytes)
-            compute.writes = (("UB", out_bytes),)
-            compute.cycles = hw.vector.latency_cycles + math.ceil(
-                out_bytes * factor / hw.vector.bytes_per_cycle)
             out_slot = out_ring.fill(compute)
             core.emit(compute)
             region = Region(out.name, r0, r1, c0, c1)
@@ -264,14 +269,15 @@ def lower_elementwise(kernel: Kernel, workload: Workload, hw: Hardware) -> Kerne
             core.emit(store)
         cores.append(core)
     flops = spec.flops([t.shape for t in inputs])
+    ub_bytes = sum(slot_bytes(t) for t in (*inputs, out)) * buffers
     return KernelProgram(kernel.name, (op.name,), False, "vector", out.dtype, flops, cores, None,
-                         sum(t.nbytes for t in inputs), out.nbytes,
-                         {"UB": slot_bytes * (len(inputs) + 1) * buffers},
+                         sum(t.nbytes for t in inputs), out.nbytes, {"UB": ub_bytes},
                          vector_work_bytes=out.nbytes * factor)
 
 
 def _broadcast_region(tensor: Tensor, r0: int, r1: int, c0: int, c1: int) -> Region:
-    """The part of an input that one output tile reads; broadcast dimensions read row/col 0."""
+    """The part of an input that one output tile reads. Inputs are either the output's shape,
+    a row broadcast over all leading dims (a bias: 1 row), or a column broadcast (1 column)."""
     rows, cols = as_2d(tensor)
     if rows == 1:
         r0, r1 = 0, 1

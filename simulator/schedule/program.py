@@ -85,6 +85,9 @@ class SlotRing:
 
     def fill(self, producer: Instr) -> int:
         """The producer takes the next slot (waiting until it is free) and marks it ready."""
+        if producer.nbytes > self.slot_bytes:
+            raise AssertionError(f"{producer.label}: {producer.nbytes} B into a "
+                                 f"{self.slot_bytes} B slot of {self.buffer}")
         slot = self.next
         self.next = (slot + 1) % len(self.ready)
         producer.waits.append(self.free[slot])

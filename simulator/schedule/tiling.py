@@ -148,7 +148,7 @@ def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING
         step_k = fixed.step_k
     else:
         per_step = (base_m * shape.a_bytes + base_n * shape.b_bytes) * base_k * buffers
-        step_k = max(1, min(hw.buffer_bytes["L1"] // per_step, -(-shape.k // base_k)))
+        step_k = max(1, min(hw.buffer_bytes["L1"] // per_step, round_up(shape.k, fk) // base_k))
     return Tiling(base_m, base_n, base_k, step_k, fixed.order or "n", buffers, split_m, split_n)
 
 
