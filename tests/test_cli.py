@@ -87,3 +87,10 @@ def test_json_refuses_to_overwrite_a_users_file(tmp_path):
 @pytest.mark.parametrize("args", [["--help"], ["run", "--help"]])
 def test_help(args):
     assert run_cli(*args).returncode == 0
+
+
+def test_readme_shows_the_real_output_of_the_main_job():
+    """The README's sample output is the program's output today, byte for byte."""
+    readme = (ROOT / "README.md").read_text()
+    shown = readme.split("## What the main job prints\n\n```\n", 1)[1].split("\n```", 1)[0]
+    assert run_cli("run", "workloads/ffn_decode.yaml").stdout.rstrip() == shown
