@@ -85,6 +85,7 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
             "roofline_cycles": bound.per_kernel[span.index],
             "traffic": _traffic(records), "tiling": kernel.tiling,
             "cores_used": len(kernel.cores), "instructions": kernel.instruction_count,
+            "buffer_plan_bytes": kernel.buffer_plan_bytes,
         })
 
     data = {

@@ -58,11 +58,13 @@ def read_yaml(path: str | Path) -> dict:
     except yaml.YAMLError as exc:
         raise ConfigError(source, [f"malformed YAML: {exc}"]) from None
     if not isinstance(data, dict):
-        raise ConfigError(source, [f"the top level must be a mapping of fields, got {_kind(data)}"])
+        raise ConfigError(source, ["the top level must be a mapping of fields, got "
+                                   f"{describe(data)}"])
     return data
 
 
-def _kind(value: object) -> str:
+def describe(value: object) -> str:
+    """How an error message names what the user wrote: 'a list', 'an integer'..."""
     if value is None:
         return "nothing"
     return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
@@ -89,7 +91,7 @@ class Fields:
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
-            problems.add(path, f"expected a mapping, got {_kind(raw)}")
+            problems.add(path, f"expected a mapping, got {describe(raw)}")
             raw = {}
         self.raw = raw
         self.used: set[str] = set()
@@ -126,7 +128,7 @@ class Fields:
 def as_int(minimum: int = 1, maximum: int | None = None) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"expected an integer, got {_kind(value)} {value!r}")
+            raise ValueError(f"expected an integer, got {describe(value)} {value!r}")
         if value < minimum:
             raise ValueError(f"{value} is below the minimum of {minimum}")
         if maximum is not None and value > maximum:
@@ -137,7 +139,7 @@ def as_int(minimum: int = 1, maximum: int | None = None) -> Callable[[Any], int]
 
 def as_fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number between 0 and 1, got {_kind(value)} {value!r}")
+        raise ValueError(f"expected a number between 0 and 1, got {describe(value)} {value!r}")
     if not 0 < value <= 1:
         raise ValueError(f"{value} must be in (0, 1]")
     return float(value)
@@ -151,7 +153,7 @@ def as_number(value: Any) -> float:
 
 def as_name(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"expected a non-empty string, got {_kind(value)} {value!r}")
+        raise ValueError(f"expected a non-empty string, got {describe(value)} {value!r}")
     return value
 
 
@@ -181,7 +183,7 @@ def apply_overrides(raw: dict, overrides: list[tuple[str, Any]], source: str) ->
                 child = node[key] = {}
             if not isinstance(child, dict):
                 where = ".".join(keys[: depth + 1])
-                raise ConfigError(source, [f"--set {path}: '{where}' is {_kind(child)}, "
+                raise ConfigError(source, [f"--set {path}: '{where}' is {describe(child)}, "
                                            "not a mapping of fields"])
             node = child
         node[keys[-1]] = value

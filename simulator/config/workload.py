@@ -15,17 +15,7 @@ from typing import Any
 from ..errors import ConfigError, Problems
 from ..graph.ops import OPS
 from .hardware import DTYPES, Hardware, load_hardware, resolve_hardware_path
-from .strict import (
-    REQUIRED,
-    Fields,
-    _kind,
-    apply_overrides,
-    as_int,
-    as_name,
-    join,
-    one_of,
-    read_yaml,
-)
+from .strict import Fields, apply_overrides, as_int, as_name, describe, join, one_of, read_yaml
 
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1}
 TENSOR_KINDS = ("activation", "weight")
@@ -150,7 +140,7 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
             continue
         value = params_f.raw[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            problems.add(join("params", key), f"must be a positive integer, got {_kind(value)} "
+            problems.add(join("params", key), f"must be a positive integer, got {describe(value)} "
                          f"{value!r}")
             continue
         params[key] = value
@@ -186,7 +176,7 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
 
 def _list_of_mappings(value: Any) -> list:
     if not isinstance(value, list) or not value:
-        raise ValueError(f"expected a non-empty list of ops, got {_kind(value)}")
+        raise ValueError(f"expected a non-empty list of ops, got {describe(value)}")
     return value
 
 
@@ -281,7 +271,7 @@ def _parse_tiling(f: Fields, op_names: set[str], problems: Problems) -> dict[str
 
 def _shape(value: Any, params: dict[str, int], path: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
-        raise ValueError(f"expected a list of dimensions, got {_kind(value)}")
+        raise ValueError(f"expected a list of dimensions, got {describe(value)}")
     dims = []
     for i, dim in enumerate(value):
         size = evaluate(dim, params, f"{path}[{i}]")
@@ -334,7 +324,3 @@ def evaluate(expr: Any, params: dict[str, int], path: str = "") -> int:
                          "are allowed")
 
     return walk(tree)
-
-
-__all__ = ["Workload", "Tensor", "Op", "TilingSpec", "load_workload", "parse_workload",
-           "evaluate", "parse_override", "DTYPE_BYTES", "REQUIRED"]

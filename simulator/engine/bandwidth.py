@@ -37,7 +37,6 @@ class SharedChannel:
         self.flows: list[_Flow] = []
         self.updated_at = 0
         self.version = 0
-        self.peak_flows = 0
 
     def transfer(self, nbytes: int, cap_bytes_per_cycle: float) -> simpy.Event:
         """An event that fires when `nbytes` have crossed this channel at the shared rate."""
@@ -47,7 +46,6 @@ class SharedChannel:
             return done
         self._advance()
         self.flows.append(_Flow(nbytes, cap_bytes_per_cycle, done))
-        self.peak_flows = max(self.peak_flows, len(self.flows))
         self._share()
         return done
 

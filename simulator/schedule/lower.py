@@ -80,7 +80,7 @@ def matmul_shape(kernel: Kernel, workload: Workload) -> MatmulShape:
     out = workload.tensors[op.output]
     return MatmulShape(m=a.shape[0], n=b.shape[1], k=a.shape[1], a_bytes=DTYPE_BYTES[a.dtype],
                        b_bytes=DTYPE_BYTES[b.dtype], out_bytes=DTYPE_BYTES[out.dtype],
-                       dtype=a.dtype if a.dtype in ("int8",) else workload.dtype)
+                       dtype=a.dtype)
 
 
 def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProgram:

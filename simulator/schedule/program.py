@@ -116,7 +116,7 @@ class KernelProgram:
     tiling: dict | None
     compulsory_read_bytes: int                  # inputs read once from HBM
     compulsory_write_bytes: int                 # outputs written once to HBM
-    buffer_peak_bytes: dict[str, int] = field(default_factory=dict)  # static slot plan per core
+    buffer_plan_bytes: dict[str, int] = field(default_factory=dict)  # slots reserved per core
     vector_work_bytes: float = 0.0              # vector kernels: bytes × op cost factor
 
     @property
