@@ -15,6 +15,11 @@ from ..engine.world import Trace
 from ..schedule.program import PIPES, Program
 from .roofline import Roofline, roofline
 
+# Why a pipe was not working on an instruction it had reached:
+#   data              waiting for the producer's flag (its input is not there yet)
+#   buffer_slot       waiting for a free ping-pong slot (its consumer still holds it)
+#   shared_bandwidth  a transfer taking longer than its engine alone would: sharing HBM/L2
+#                     with other transfers, or waiting for another core's fetch of the same data
 STALL_CAUSES = ("data", "buffer_slot", "shared_bandwidth")
 # Fraction of the simulated time under which neither compute nor HBM is the limit.
 LATENCY_BOUND_BELOW = 0.5
