@@ -5,13 +5,13 @@ from __future__ import annotations
 from .analysis.report import Report, analyse
 from .config.workload import Workload
 from .engine.world import simulate_program
-from .graph.dataflow import kernels
+from .graph.fusion import plan_kernels
 from .schedule.lower import lower
 from .schedule.program import Program
 
 
 def lower_workload(workload: Workload) -> Program:
-    return lower(workload, kernels(workload))
+    return lower(workload, plan_kernels(workload))
 
 
 def simulate(workload: Workload) -> Report:
@@ -29,3 +29,26 @@ def simulate(workload: Workload) -> Report:
         "hardware": workload.hardware.to_dict(),
     }
     return analyse(trace, program, workload.hardware, workload.name, provenance)
+
+
+def plan(workload: Workload):
+    """The kernels the fusion pass forms, with the reason for every op left unfused."""
+    return plan_kernels(workload)
+
+
+def compare(path: str, variants: list[tuple[str, list[str]]],
+            common: list[str] = ()) -> dict:
+    """Simulate one workload under several sets of overrides, side by side.
+
+    Returns {"workload", "variants": [{"label", "overrides", "report"}], "speedups"}: each
+    speedup is the first variant's time over that variant's time."""
+    from .config.workload import load_workload
+
+    rows = []
+    for label, overrides in variants:
+        workload = load_workload(path, [*common, *overrides])
+        rows.append({"label": label, "overrides": list(overrides),
+                     "report": simulate(workload).to_dict()})
+    base = rows[0]["report"]["time_us"]
+    return {"workload": rows[0]["report"]["workload"], "common_overrides": list(common),
+            "variants": rows, "speedups": [base / r["report"]["time_us"] for r in rows]}

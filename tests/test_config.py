@@ -166,13 +166,18 @@ def load_workload_from(hw, shapes):
     return parse_workload(raw, "t.yaml", hw)
 
 
-def test_fusion_auto_is_refused_until_the_fusion_pass_exists(tiny):
+@pytest.mark.parametrize("fusion, message", [
+    ("sometimes", "is not one of: auto, none, or a list"),
+    ([["r", "nope"]], "no op named 'nope'"),
+    ([["r"], ["r"]], "op 'r' is in two groups"),
+])
+def test_fusion_setting_is_validated(tiny, fusion, message):
     from simulator.config.workload import parse_workload
     raw = {"name": "t", "hardware": "tiny", "tensors": {"a": {"shape": [16, 16]}},
            "ops": [{"name": "r", "op": "relu", "inputs": ["a"], "output": "b"}],
-           "schedule": {"fusion": "auto"}}
+           "schedule": {"fusion": fusion}}
     [problem] = problems_of(parse_workload, raw, "t.yaml", tiny)
-    assert problem.startswith("schedule.fusion")
+    assert problem.startswith("schedule.fusion") and message in problem
 
 
 def test_output_shapes_are_inferred(tiny):

@@ -80,6 +80,21 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     else:
         bound_kind = "compute" if compute_share >= memory_share else "memory"
 
+    per_tensor = {name: {"role": role, "bytes": nbytes, "hbm_read_bytes": 0, "l2_read_bytes": 0,
+                         "hbm_write_bytes": 0} for name, (role, nbytes) in
+                  program.tensor_roles.items()}
+    for r in trace.records:
+        if r.tensor in per_tensor:
+            entry = per_tensor[r.tensor]
+            if r.src == "HBM":
+                entry["hbm_read_bytes"] += r.hbm_bytes
+                entry["l2_read_bytes"] += r.l2_hit_bytes
+            elif r.dst == "HBM":
+                entry["hbm_write_bytes"] += r.nbytes
+    middle = [e for e in per_tensor.values() if e["role"] == "intermediate"]
+    intermediates = {key: sum(e[key] for e in middle) for key in
+                     ("bytes", "hbm_write_bytes", "hbm_read_bytes", "l2_read_bytes")}
+
     kernels = []
     for span, kernel in zip(trace.kernels, program.kernels):
         records = [r for r in trace.records if r.kernel == span.index]
@@ -115,6 +130,8 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
             "compulsory_hbm_bytes": bound.compulsory_bytes,
         },
         "traffic": traffic,
+        "tensors": per_tensor,
+        "intermediates": intermediates,
         "utilization": utilization,
         "stalls": stalls,
         "launch_overhead_cycles": hw.launch_overhead_cycles * len(program.kernels),

@@ -30,9 +30,10 @@ class Roofline:
 
 
 def kernel_compute_cycles(kernel: KernelProgram, hw: Hardware) -> float:
-    if kernel.unit == "cube":
-        return kernel.flops / hw.peak_flops_per_cycle(kernel.dtype)
-    return kernel.vector_work_bytes / (hw.vector.bytes_per_cycle * hw.cores)
+    """The Cube and the vector unit work side by side: the busier one bounds the kernel."""
+    cube = kernel.cube_flops / hw.peak_flops_per_cycle(kernel.dtype) if kernel.cube_flops else 0
+    vector = kernel.vector_work_bytes / (hw.vector.bytes_per_cycle * hw.cores)
+    return max(cube, vector)
 
 
 def roofline(program: Program, hw: Hardware) -> Roofline:

@@ -13,13 +13,14 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError, Problems
-from ..graph.ops import OPS
-from .hardware import DTYPES, Hardware, load_hardware, resolve_hardware_path
+from ..graph.ops import DTYPE_BYTES, OPS
+from .hardware import Hardware, load_hardware, resolve_hardware_path
 from .strict import Fields, apply_overrides, as_int, as_name, describe, join, one_of, read_yaml
 
-DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1}
-TENSOR_KINDS = ("activation", "weight")
+DTYPES = tuple(DTYPE_BYTES)
+TENSOR_KINDS = ("activation", "weight", "cache")
 ORDERS = ("m", "n")
+FUSION_MODES = ("none", "auto")
 
 
 @dataclass(frozen=True)
@@ -28,6 +29,7 @@ class Tensor:
     shape: tuple[int, ...]
     dtype: str
     kind: str                  # activation | weight | intermediate (produced by an op)
+    path: str = ""             # where it is declared, or the op that produces it
 
     @property
     def nbytes(self) -> int:
@@ -44,6 +46,7 @@ class Op:
     inputs: tuple[str, ...]
     output: str
     path: str                  # YAML path, for error messages
+    attrs: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,7 @@ class TilingSpec:
     step_k: int | None = None
     order: str | None = None
     buffers: int | None = None
+    split_b: int | None = None
     split_m: int | None = None
     split_n: int | None = None
     path: str = ""
@@ -68,8 +72,8 @@ class Workload:
     params: dict[str, int]
     dtype: str
     tensors: dict[str, Tensor]
-    ops: tuple[Op, ...]
-    fusion: str
+    ops: tuple[Op, ...]                    # in a topological order (file order breaks ties)
+    fusion: str | tuple[tuple[str, ...], ...]   # "none", "auto", or explicit groups of op names
     tiling: dict[str, TilingSpec]          # op name or "default" -> spec
     overrides: tuple[tuple[str, Any], ...] = field(default=())
 
@@ -155,20 +159,21 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
         kind = tf.get("kind", one_of(*TENSOR_KINDS), default="activation")
         tf.finish()
         if shape is not None:
-            tensors[str(tname)] = Tensor(str(tname), shape, tdtype or "fp16", kind or "activation")
+            tensors[str(tname)] = Tensor(str(tname), shape, tdtype or "fp16",
+                                         kind or "activation", tf.path)
 
     broken = {str(name) for name in tensors_f.raw} - set(tensors)
     raw_ops = top.get("ops", _list_of_mappings)
-    ops = _parse_ops(raw_ops, tensors, broken, dtype or "fp16", problems)
+    ops = _parse_ops(raw_ops, params, problems, broken)
+    op_names = {op.name for op in ops}
     sched = top.sub("schedule", default={})
-    fusion = sched.get("fusion", one_of("none", "auto"), default="none")
-    if fusion == "auto":
-        problems.add("schedule.fusion", "'auto' needs the fusion pass, which is not built yet; "
-                     "use 'none' (every op runs as its own kernel)")
-    op_names = {str(o.get("name")) for o in raw_ops or [] if isinstance(o, dict)}
+    fusion = sched.get("fusion", lambda v: _fusion(v, op_names), default="none")
     tiling = _parse_tiling(sched.sub("tiling", default={}), op_names, problems)
     sched.finish()
     top.finish()
+    # semantic checks: producers, cycles, shapes and dtypes through the ops registry
+    from ..graph.dataflow import resolve
+    tensors, ops = resolve(tensors, broken, ops, problems)
     problems.raise_if_any()
     return Workload(name, source, hardware, params, dtype, tensors, tuple(ops), fusion, tiling,
                     overrides)
@@ -180,13 +185,10 @@ def _list_of_mappings(value: Any) -> list:
     return value
 
 
-def _parse_ops(raw_ops: list | None, tensors: dict[str, Tensor], broken: set[str], dtype: str,
-               problems: Problems) -> list[Op]:
-    """Check each op against the registry and infer the shapes of the tensors ops produce.
-
-    Tensors in `broken` were declared but are invalid (already reported): ops that
-    use them are skipped, and their outputs become broken too, so one mistake is
-    reported once, not once per op downstream."""
+def _parse_ops(raw_ops: list | None, params: dict[str, int], problems: Problems,
+               broken: set[str]) -> list[Op]:
+    """The fields of each op; what they mean together is checked by the graph. The outputs
+    of ops that are themselves wrong join `broken`, so their consumers are not blamed."""
     ops: list[Op] = []
     names: set[str] = set()
     for index, raw in enumerate(raw_ops or []):
@@ -196,40 +198,60 @@ def _parse_ops(raw_ops: list | None, tensors: dict[str, Tensor], broken: set[str
         kind = f.get("op", one_of(*OPS))
         inputs = f.get("inputs", _name_list)
         output = f.get("output", as_name)
+        raw_attrs = f.get("attrs", _mapping, default={})
         f.finish()
-        if None in (name, kind, inputs, output) or set(inputs) & broken:
+        if None in (name, kind, inputs, output, raw_attrs):
             if isinstance(output, str):
                 broken.add(output)
             continue
         path = f"ops[{index}] ({name})"
         if name in names:
             problems.add(f"{path}.name", f"op name '{name}' is used twice")
+            broken.add(output)
+            continue
         names.add(name)
         spec = OPS[kind]
-        if len(inputs) != spec.arity:
-            problems.add(f"{path}.inputs", f"{kind} takes {spec.arity} inputs, got {len(inputs)}")
+        low, high = spec.arity
+        if not low <= len(inputs) <= high:
+            count = f"{low}" if low == high else f"{low} or {high}"
+            problems.add(f"{path}.inputs", f"{kind} takes {count} inputs, got {len(inputs)}")
             broken.add(output)
-            continue
-        missing = [t for t in inputs if t not in tensors]
-        if missing:
-            problems.add(f"{path}.inputs", f"tensor '{missing[0]}' is neither declared under "
-                         "tensors nor produced by an earlier op")
-            broken.add(output)
-            continue
-        if output in tensors:
-            problems.add(f"{path}.output", f"tensor '{output}' is already "
-                         f"{'declared' if tensors[output].kind != 'intermediate' else 'produced'}")
             continue
         try:
-            shape = spec.output_shape([tensors[t].shape for t in inputs])
+            if kind == "reshape" and "shape" in raw_attrs:
+                raw_attrs = {**raw_attrs, "shape": _shape(raw_attrs["shape"], params,
+                                                          f"{path}.attrs.shape")}
+            attrs = spec.parse_attrs(raw_attrs)
         except ValueError as exc:
-            problems.add(f"{path}.inputs", f"{kind}: {exc}")
+            problems.add(f"{path}.attrs", str(exc))
             broken.add(output)
             continue
-        tensors[output] = Tensor(output, shape, tensors[inputs[0]].dtype if spec.unit == "vector"
-                                 else dtype, "intermediate")
-        ops.append(Op(name, kind, tuple(inputs), output, path))
+        ops.append(Op(name, kind, tuple(inputs), output, path, attrs))
     return ops
+
+
+def _mapping(value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise ValueError(f"expected a mapping, got {describe(value)}")
+    return value
+
+
+def _fusion(value: Any, op_names: set[str]) -> str | tuple[tuple[str, ...], ...]:
+    """'auto', 'none', or a list of groups (lists of op names) to fuse as given."""
+    if value in FUSION_MODES:
+        return value
+    if not isinstance(value, list) or not all(isinstance(g, list) and g for g in value):
+        raise ValueError(f"{value!r} is not one of: auto, none, or a list of op-name groups "
+                         "such as [[gate, up, act, glu]]")
+    seen: set[str] = set()
+    for group in value:
+        for name in group:
+            if name not in op_names:
+                raise ValueError(f"group {group}: no op named {name!r}")
+            if name in seen:
+                raise ValueError(f"op {name!r} is in two groups")
+            seen.add(name)
+    return tuple(tuple(group) for group in value)
 
 
 def _name_list(value: Any) -> list[str]:
@@ -260,7 +282,7 @@ def _parse_tiling(f: Fields, op_names: set[str], problems: Problems) -> dict[str
             base_m=base.get("m", dim, None), base_n=base.get("n", dim, None),
             base_k=base.get("k", dim, None), step_k=step.get("k", dim, None),
             order=t.get("order", one_of(*ORDERS), None),
-            buffers=t.get("buffers", as_int(1, 2), None),
+            buffers=t.get("buffers", as_int(1, 2), None), split_b=split.get("b", dim, None),
             split_m=split.get("m", dim, None), split_n=split.get("n", dim, None), path=path)
         for sub in (base, step, split, t):
             sub.finish()

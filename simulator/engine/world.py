@@ -41,6 +41,7 @@ class Record:
     writes: tuple[tuple[str, int], ...]
     l2_hit_bytes: int          # of a global-memory read: bytes served by L2
     hbm_bytes: int             # bytes moved on HBM (a read's fetch, or a write)
+    tensor: str | None         # the tensor read from or written to global memory
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,8 @@ class World:
             self.records.append(Record(
                 kernel, core_index, pipe, instr.label, start, env.now, waited["data"],
                 waited["buffer_slot"], bandwidth_wait, instr.src, instr.dst, instr.nbytes,
-                instr.reads, instr.writes, hit_bytes, hbm_bytes))
+                instr.reads, instr.writes, hit_bytes, hbm_bytes,
+                instr.region.tensor if instr.region else None))
 
     def _transfer(self, instr: Instr):
         """Latency, then the bytes over each shared memory they cross at the shared rate.

@@ -1,52 +1,134 @@
-"""The ops registry: for every op, its unit, FLOPs, output shape and vector cost class.
+"""The ops registry: for every op, its unit, operands, output shape and dtype, FLOPs and
+vector cost, defined in this one place.
 
-This is the one place an op's cost is defined. Vector ops cost
-`bytes / vector bytes-per-cycle × factor`, where the factor belongs to the
-op's cost class and its value to the hardware (a chip with a fast exp unit
-has a smaller `transcendental` factor).
+Vector ops cost `work bytes / vector bytes-per-cycle × factor`: the work bytes
+are the elements times the widest dtype the op touches (the vector lanes run
+at that width), the factor belongs to the op's cost class and its value to
+the hardware (a chip with a fast exp unit has a smaller `transcendental`).
+Row-wise ops (softmax, layernorm, rmsnorm) reduce along the last dimension,
+so a tile must hold whole rows.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1, "int32": 4}
+FLOAT_DTYPES = ("fp16", "bf16", "fp32")
+CUBE_DTYPES = ("fp16", "bf16", "int8")
+# Accumulator dtype of the Cube per input dtype; the matmul result is cast on the way out
+# (FIXPIPE) unless the op says otherwise.
+CUBE_RESULT = {"fp16": "fp16", "bf16": "bf16", "int8": "int32"}
+
+Shape = tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Operand:
+    name: str
+    shape: Shape
+    dtype: str
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _dtype(value: Any) -> str:
+    if value not in DTYPE_BYTES:
+        raise ValueError(f"{value!r} is not a dtype (dtypes: {', '.join(DTYPE_BYTES)})")
+    return value
 
 
 @dataclass(frozen=True)
 class OpSpec:
     name: str
-    unit: str                 # "cube" or "vector"
-    arity: int
-    cost_class: str           # vector cost class; "matmul" for the Cube
-    flops_per_element: int    # vector ops: FLOPs per output element (an estimate for roofline)
+    unit: str                          # "cube" or "vector"
+    arity: tuple[int, int]             # fewest and most inputs
+    cost_class: str                    # vector cost class ("matmul" for the Cube)
+    flops_per_element: int             # vector ops: an estimate, for the roofline's FLOP count
+    infer: Callable[..., tuple[Shape, str]]
+    rowwise: bool = False
+    attrs: dict[str, tuple[Callable[[Any], Any], Any]] = field(default_factory=dict)
 
-    def output_shape(self, shapes: list[tuple[int, ...]]) -> tuple[int, ...]:
-        """Shape of the result; ValueError with the rule when the inputs do not fit together."""
-        if self.unit == "cube":
-            a, b = shapes
-            if len(a) != 2 or len(b) != 2:
-                raise ValueError(f"matmul takes two 2-D tensors, got shapes {list(a)} and "
-                                 f"{list(b)}")
-            if a[1] != b[0]:
-                raise ValueError(f"inner dimensions differ: {list(a)} · {list(b)} "
-                                 f"({a[1]} != {b[0]})")
-            return (a[0], b[1])
-        out = shapes[0]
-        for other in shapes[1:]:
-            if not _broadcasts(other, out):
-                raise ValueError(f"shape {list(other)} does not broadcast to {list(out)} (an "
-                                 "input must match, be one row [..., 1, N] or one column "
-                                 "[..., 1])")
+    def parse_attrs(self, raw: dict) -> dict[str, Any]:
+        """Validated attributes with defaults; ValueError naming the attribute."""
+        unknown = sorted(set(raw) - set(self.attrs))
+        if unknown:
+            known = ", ".join(self.attrs) or "none"
+            raise ValueError(f"{self.name} has no attribute '{unknown[0]}' (attributes: {known})")
+        out = {}
+        for key, (parse, default) in self.attrs.items():
+            if key in raw:
+                try:
+                    out[key] = parse(raw[key])
+                except ValueError as exc:
+                    raise ValueError(f"attribute {key}: {exc}") from None
+            else:
+                out[key] = default
+        for required in REQUIRED_ATTRS.get(self.name, ()):
+            if out[required] is None:
+                raise ValueError(f"{self.name} needs the attribute '{required}'")
         return out
 
-    def flops(self, shapes: list[tuple[int, ...]]) -> int:
+    def output(self, operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+        """Result shape and dtype; ValueError naming the operand when they do not fit."""
+        return self.infer(operands, attrs)
+
+    def flops(self, operands: list[Operand], attrs: dict) -> int:
         if self.unit == "cube":
-            (m, k), (_, n) = shapes
-            return 2 * m * n * k
-        return self.flops_per_element * math.prod(self.output_shape(shapes))
+            batch, m, n, k = matmul_dims(operands, attrs)
+            return 2 * batch * m * n * k
+        shape, _ = self.infer(operands, attrs)
+        return self.flops_per_element * math.prod(shape)
+
+    def vector_work_bytes(self, operands: list[Operand], attrs: dict) -> int:
+        shape, dtype = self.infer(operands, attrs)
+        widest = max(DTYPE_BYTES[t] for t in [dtype, *(o.dtype for o in operands)])
+        return math.prod(shape) * widest
 
 
-def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
+def matmul_dims(operands: list[Operand], attrs: dict) -> tuple[int, int, int, int]:
+    """(batch, M, N, K) of a matmul or batch_matmul, honouring transposed operands."""
+    a, b = operands
+    m, ka = (a.shape[-1], a.shape[-2]) if attrs.get("transpose_a") else a.shape[-2:]
+    kb, n = (b.shape[-1], b.shape[-2]) if attrs.get("transpose_b") else b.shape[-2:]
+    if ka != kb:
+        raise ValueError(f"inner dimensions differ: {a.name} {list(a.shape)} has K={ka}, "
+                         f"{b.name} {list(b.shape)} has K={kb}")
+    return math.prod(a.shape[:-2]), m, n, ka
+
+
+def _matmul(batched: bool):
+    def infer(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+        a, b = operands
+        for t in operands:
+            if batched and len(t.shape) < 3:
+                raise ValueError(f"batch_matmul takes tensors with leading batch dims, "
+                                 f"{t.name} is {list(t.shape)}; use matmul for 2-D")
+            if not batched and len(t.shape) != 2:
+                raise ValueError(f"matmul takes 2-D tensors, {t.name} is {list(t.shape)}; "
+                                 "use batch_matmul for leading batch dims")
+        if a.shape[:-2] != b.shape[:-2]:
+            raise ValueError(f"batch dims differ: {a.name} {list(a.shape[:-2])} vs "
+                             f"{b.name} {list(b.shape[:-2])}")
+        if a.dtype != b.dtype:
+            raise ValueError(f"{a.name} is {a.dtype} but {b.name} is {b.dtype}: the Cube "
+                             "multiplies one dtype; quantize the activation to int8 or "
+                             "dequantize the weight")
+        if a.dtype not in CUBE_DTYPES:
+            raise ValueError(f"the Cube has no {a.dtype} mode (modes: {', '.join(CUBE_DTYPES)}); "
+                             "cast to fp16 first")
+        _, m, n, _ = matmul_dims(operands, attrs)
+        return (*a.shape[:-2], m, n), attrs.get("to") or CUBE_RESULT[a.dtype]
+    return infer
+
+
+def broadcasts(small: Shape, big: Shape) -> bool:
     """Same shape, a row broadcast over every leading dim (a bias [N] against [..., N]),
     or a column broadcast (a per-row scale [..., 1]); scalars are both."""
     if len(small) > len(big):
@@ -59,13 +141,118 @@ def _broadcasts(small: tuple[int, ...], big: tuple[int, ...]) -> bool:
     return row or column
 
 
+def _need_float(t: Operand, op: str) -> None:
+    if t.dtype not in FLOAT_DTYPES:
+        raise ValueError(f"{op} takes floating-point input, {t.name} is {t.dtype}; "
+                         "dequantize or cast it first")
+
+
+def _elementwise(op: str):
+    def infer(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+        x = operands[0]
+        for t in operands:
+            _need_float(t, op)
+        for t in operands[1:]:
+            if t.dtype != x.dtype:
+                raise ValueError(f"{op} of {x.dtype} {x.name} and {t.dtype} {t.name}: cast one "
+                                 "so both have the same dtype")
+            if not broadcasts(t.shape, x.shape):
+                raise ValueError(f"{t.name} {list(t.shape)} does not broadcast to {x.name} "
+                                 f"{list(x.shape)} (it must match, be one row [..., N] or one "
+                                 "column [..., 1])")
+        return x.shape, x.dtype
+    return infer
+
+
+def _bias_add(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+    x, bias = operands
+    if len(bias.shape) != 1 or bias.shape[0] != x.shape[-1]:
+        raise ValueError(f"bias {bias.name} must be 1-D with {x.shape[-1]} elements (the last "
+                         f"dim of {x.name}), got {list(bias.shape)}")
+    return _elementwise("bias_add")(operands, attrs)
+
+
+def _norm(op: str):
+    def infer(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+        x = operands[0]
+        _need_float(x, op)
+        for t in operands[1:]:
+            if list(t.shape) != [x.shape[-1]]:
+                raise ValueError(f"{op} weight {t.name} must be [{x.shape[-1]}] (the last dim "
+                                 f"of {x.name}), got {list(t.shape)}")
+            _need_float(t, op)
+        return x.shape, x.dtype
+    return infer
+
+
+def _quantize(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+    x = operands[0]
+    _need_float(x, "quantize")
+    for scale in operands[1:]:
+        if not broadcasts(scale.shape, x.shape):
+            raise ValueError(f"scale {scale.name} {list(scale.shape)} does not broadcast to "
+                             f"{x.name} {list(x.shape)}")
+    return x.shape, attrs["to"]
+
+
+def _dequantize(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+    x, scale = operands
+    if x.dtype not in ("int8", "int32"):
+        raise ValueError(f"dequantize takes int8 or int32 input, {x.name} is {x.dtype}")
+    if not broadcasts(scale.shape, x.shape):
+        raise ValueError(f"scale {scale.name} {list(scale.shape)} does not broadcast to "
+                         f"{x.name} {list(x.shape)} (per channel: [N]; per token: [M, 1])")
+    _need_float(scale, "dequantize (scale)")
+    return x.shape, attrs["to"]
+
+
+def _cast(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+    return operands[0].shape, attrs["to"]
+
+
+def _reshape(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+    x, shape = operands[0], tuple(attrs["shape"])
+    if math.prod(shape) != math.prod(x.shape):
+        raise ValueError(f"reshape of {x.name} {list(x.shape)} ({math.prod(x.shape)} elements) "
+                         f"to {list(shape)} ({math.prod(shape)} elements)")
+    return shape, x.dtype
+
+
+def _dims(value: Any) -> tuple[int, ...]:
+    """Dimensions already evaluated by the workload loader (params allowed there)."""
+    if (not isinstance(value, (list, tuple)) or not value
+            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)):
+        raise ValueError(f"expected a list of positive dimensions, got {value!r}")
+    return tuple(value)
+
+
+REQUIRED_ATTRS = {"cast": ("to",), "reshape": ("shape",)}
+_TRANSPOSE = {"transpose_a": (_bool, False), "transpose_b": (_bool, False)}
+
 OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
-    OpSpec("matmul", "cube", 2, "matmul", 0),
-    OpSpec("bias_add", "vector", 2, "elementwise", 1),
-    OpSpec("add", "vector", 2, "elementwise", 1),
-    OpSpec("mul", "vector", 2, "elementwise", 1),
-    OpSpec("relu", "vector", 1, "elementwise", 1),
+    OpSpec("matmul", "cube", (2, 2), "matmul", 0, _matmul(False),
+           attrs={**_TRANSPOSE, "to": (_dtype, None)}),
+    OpSpec("batch_matmul", "cube", (2, 2), "matmul", 0, _matmul(True),
+           attrs={**_TRANSPOSE, "to": (_dtype, None)}),
+    OpSpec("bias_add", "vector", (2, 2), "elementwise", 1, _bias_add),
+    OpSpec("add", "vector", (2, 2), "elementwise", 1, _elementwise("add")),
+    OpSpec("mul", "vector", (2, 2), "elementwise", 1, _elementwise("mul")),
+    OpSpec("relu", "vector", (1, 1), "elementwise", 1, _elementwise("relu")),
     # SiLU x·sigmoid(x) and tanh-GELU need an exp and a division: a handful of FLOPs each.
-    OpSpec("silu", "vector", 1, "transcendental", 4),
-    OpSpec("gelu", "vector", 1, "transcendental", 8),
+    OpSpec("silu", "vector", (1, 1), "transcendental", 4, _elementwise("silu")),
+    OpSpec("gelu", "vector", (1, 1), "transcendental", 8, _elementwise("gelu")),
+    # max, subtract, exp, sum, divide along the row
+    OpSpec("softmax", "vector", (1, 1), "transcendental", 5, _elementwise("softmax"),
+           rowwise=True),
+    # mean, variance, normalise, scale, shift
+    OpSpec("layernorm", "vector", (3, 3), "reduction", 8, _norm("layernorm"), rowwise=True),
+    # mean of squares, rsqrt, normalise, scale
+    OpSpec("rmsnorm", "vector", (2, 2), "reduction", 4, _norm("rmsnorm"), rowwise=True),
+    OpSpec("quantize", "vector", (1, 2), "elementwise", 2, _quantize,
+           attrs={"to": (_dtype, "int8")}),
+    OpSpec("dequantize", "vector", (2, 2), "elementwise", 2, _dequantize,
+           attrs={"to": (_dtype, "fp16")}),
+    OpSpec("cast", "vector", (1, 1), "elementwise", 0, _cast, attrs={"to": (_dtype, None)}),
+    # A view: no data moves. Its input goes to HBM and its consumers read it back there.
+    OpSpec("reshape", "view", (1, 1), "none", 0, _reshape, attrs={"shape": (_dims, None)}),
 )}

@@ -1,30 +1,28 @@
-"""Lowering: a kernel plus its tiling and the hardware → per-core, per-pipe programs.
+"""Lowering: kernels plus their tilings and the hardware → per-core, per-pipe programs.
 
-Matmul (per core, on its split block of C):
+Matmul kernel (per core, on its split share of the batch and of C):
   for each base output block, walking `order` first:
     for each K chunk of step.k base-k blocks:
-      MTE2   stages the A and B chunks from HBM/L2 into L1 (ping-pong slots;
-             a chunk identical to the one already staged is not reloaded)
+      MTE2   stages the A chunk and each GEMM's B chunk from HBM/L2 into L1
+             (ping-pong slots; a chunk equal to the one staged is not reloaded)
       for each base-k block of the chunk:
-        MTE1 moves A → L0A and B → L0B;  CUBE accumulates into L0C
-    FIXPIPE drains the block from L0C to HBM (fp32 accumulators → output dtype)
+        MTE1 moves A → L0A and each B → L0B;  CUBE accumulates each GEMM in L0C
+    FIXPIPE drains each accumulator: to HBM when the kernel has no epilogue,
+    else to UB, where the vector chain runs and MTE3 writes the result once.
 
-Elementwise op (a vector kernel of its own): tiles of the output spread over
-cores; per tile MTE2 loads each input HBM/L2 → UB, VECTOR computes, MTE3
-stores UB → HBM.
+Vector kernel: tiles of the output spread over the cores (whole rows when a
+row-wise op is in the chain); per tile MTE2 loads, VECTOR runs the chain,
+MTE3 stores.
 """
 
 from __future__ import annotations
 
-import math
-
 from ..config.hardware import Hardware
-from ..config.workload import DTYPE_BYTES, Tensor, Workload
-from ..errors import SimulatorError
-from ..graph.dataflow import Kernel
-from ..graph.ops import OPS
+from ..config.workload import Workload
+from ..graph.fusion import Kernel, Plan
+from ..graph.ops import DTYPE_BYTES, OPS, Operand
+from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, seeds_of
 from .program import (
-    CoreProgram,
     Instr,
     KernelProgram,
     Program,
@@ -36,251 +34,313 @@ from .program import (
 from .tiling import (
     ACCUMULATOR_BYTES,
     MatmulShape,
+    Tiling,
     TilingError,
     buffer_needs,
     cube_cycles,
+    gemm_shape,
     resolve_tiling,
     round_up,
     single_core_extent,
 )
 
-UB_ALIGN_BYTES = 32  # UB and L1 addresses are 32-byte aligned (Ascend C hardware constraints)
 
-
-def as_2d(tensor: Tensor) -> tuple[int, int]:
-    cols = tensor.shape[-1]
-    return math.prod(tensor.shape) // cols, cols
-
-
-def lower(workload: Workload, kernels: list[Kernel]) -> Program:
+def lower(workload: Workload, plan: Plan) -> Program:
     """Lower every kernel; every tiling problem of every kernel is reported together."""
-    hw = workload.hardware
     lowered, problems = [], []
-    for kernel in kernels:
+    for kernel in plan.kernels:
         try:
-            if kernel.ops[0].op == "matmul":
-                lowered.append(lower_matmul(kernel, workload, hw))
-            else:
-                lowered.append(lower_elementwise(kernel, workload, hw))
+            lower_one = lower_matmul if kernel.gemms else lower_vector
+            lowered.append(lower_one(kernel, workload, workload.hardware))
         except TilingError as exc:
             problems.append(str(exc))
     if problems:
         lines = [line for problem in problems for line in problem.splitlines()]
         raise TilingError("\n".join(f"{workload.source}: {line}" for line in lines))
-    geometry = {t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in workload.tensors.values()}
-    produced = {op.output for kernel in kernels for op in kernel.ops}
-    consumed = {name for kernel in kernels for op in kernel.ops for name in op.inputs}
-    compulsory = sum(workload.tensors[name].nbytes for name in (consumed - produced) | produced)
-    return Program(lowered, geometry, compulsory)
+    tensors = workload.tensors
+    geometry = {t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in tensors.values()}
+    produced = {op.output for kernel in plan.kernels for op in kernel.ops}
+    consumed = {name for kernel in plan.kernels for op in kernel.ops for name in op.inputs}
+    written = {kernel.output for kernel in plan.kernels}
+    compulsory = sum(tensors[name].nbytes for name in (consumed - produced) | written)
+    roles = {}
+    for name in sorted(consumed | written):
+        if name not in produced:
+            role = tensors[name].kind                    # activation or weight, from HBM
+        elif name in consumed:
+            role = "intermediate"                        # written by one kernel, read by another
+        else:
+            role = "output"
+        roles[name] = (role, tensors[name].nbytes)
+    return Program(lowered, geometry, compulsory, roles)
 
 
-def matmul_shape(kernel: Kernel, workload: Workload) -> MatmulShape:
-    op = kernel.ops[0]
-    a, b = (workload.tensors[name] for name in op.inputs)
-    out = workload.tensors[op.output]
-    return MatmulShape(m=a.shape[0], n=b.shape[1], k=a.shape[1], a_bytes=DTYPE_BYTES[a.dtype],
-                       b_bytes=DTYPE_BYTES[b.dtype], out_bytes=DTYPE_BYTES[out.dtype],
-                       dtype=a.dtype)
+def _operand_region(name: str, shape: tuple[int, ...], transposed: bool, batch: int,
+                    rows: tuple[int, int], cols: tuple[int, int]) -> Region:
+    """A logical (rows × cols) block of one batch of an operand, in its stored 2-D view."""
+    if transposed:
+        rows, cols = cols, rows
+    offset = batch * shape[-2]
+    return Region(name, offset + rows[0], offset + rows[1], cols[0], cols[1])
 
 
 def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProgram:
-    op = kernel.ops[0]
-    shape = matmul_shape(kernel, workload)
+    tensors = workload.tensors
+    shape = gemm_shape(list(kernel.gemms), tensors)
     if shape.dtype not in hw.cube.fractal:
-        raise SimulatorError(f"{op.path}: the Cube of {hw.name} has no {shape.dtype} mode "
-                             f"(modes: {', '.join(hw.cube.fractal)})")
-    t = resolve_tiling(shape, workload.tiling_for(op.name), hw, kernel.name)
-    fractal = hw.cube.fractal[shape.dtype]
-    fm, fn, fk = fractal
-    a_name, b_name = op.inputs
+        raise TilingError(f"{kernel.gemms[0].path}: the Cube of {hw.name} has no {shape.dtype} "
+                          f"mode (modes: {', '.join(hw.cube.fractal)})")
+    t = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
+    fm, fn, _ = hw.cube.fractal[shape.dtype]
+    core_b = -(-shape.batch // t.split_b)
     core_m = single_core_extent(shape.m, t.split_m, fm)
     core_n = single_core_extent(shape.n, t.split_n, fn)
-    chunk_k = t.base_k * t.step_k
     cores = []
-    for core_row in range(t.split_m):
-        for core_col in range(t.split_n):
-            m0, n0 = core_row * core_m, core_col * core_n
-            m1, n1 = min(shape.m, m0 + core_m), min(shape.n, n0 + core_n)
-            if m0 >= m1 or n0 >= n1:
-                continue
-            core = new_core_program()
-            l1_a = SlotRing(core, "L1", t.base_m * chunk_k * shape.a_bytes, t.buffers)
-            l1_b = SlotRing(core, "L1", chunk_k * t.base_n * shape.b_bytes, t.buffers)
-            l0_a = SlotRing(core, "L0A", t.base_m * t.base_k * shape.a_bytes, t.buffers)
-            l0_b = SlotRing(core, "L0B", t.base_k * t.base_n * shape.b_bytes, t.buffers)
-            l0_c = SlotRing(core, "L0C", t.base_m * t.base_n * ACCUMULATOR_BYTES, t.buffers)
-            blocks = [(bm, bn) for bm in range(m0, m1, t.base_m) for bn in range(n0, n1, t.base_n)]
-            if t.order == "m":
-                blocks.sort(key=lambda block: (block[1], block[0]))
-            # Plan the L1 chunk loads first: a chunk equal to the one staged just before it is
-            # reused in place, so its slot is released only after its last use.
-            steps = []
-            staged = {"A": None, "B": None}
-            for bm, bn in blocks:
-                for kc in range(0, shape.k, chunk_k):
-                    kc1 = min(shape.k, kc + chunk_k)
-                    keys = {"A": Region(a_name, bm, min(m1, bm + t.base_m), kc, kc1),
-                            "B": Region(b_name, kc, kc1, bn, min(n1, bn + t.base_n))}
-                    fresh = {side: staged[side] != keys[side] for side in keys}
-                    staged.update(keys)
-                    steps.append((bm, bn, kc, kc1, keys, fresh))
-            _emit_matmul_core(core, steps, t, shape, fractal, hw, op.output, m1, n1,
-                              {"A": l1_a, "B": l1_b}, l0_a, l0_b, l0_c)
-            cores.append(core)
-    a, b = (workload.tensors[n] for n in op.inputs)
-    out = workload.tensors[op.output]
-    peak = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
-    return KernelProgram(kernel.name, (op.name,), False, "cube", shape.dtype,
-                         2 * shape.m * shape.n * shape.k, cores, t.to_dict(),
-                         a.nbytes + b.nbytes, out.nbytes, peak)
+    for cb in range(t.split_b):
+        for cm in range(t.split_m):
+            for cn in range(t.split_n):
+                b0, b1 = cb * core_b, min(shape.batch, (cb + 1) * core_b)
+                m0, m1 = cm * core_m, min(shape.m, (cm + 1) * core_m)
+                n0, n1 = cn * core_n, min(shape.n, (cn + 1) * core_n)
+                if b0 < b1 and m0 < m1 and n0 < n1:
+                    cores.append(_MatmulCore(kernel, workload, hw, shape, t).emit(
+                        range(b0, b1), (m0, m1), (n0, n1)))
+    ins = {name for op in kernel.ops for name in op.inputs} - {op.output for op in kernel.ops}
+    plan = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
+    if kernel.epilogue:
+        cols = shape.n if kernel.rowwise else t.base_n
+        plan["UB"] = sum(chain_slots(list(kernel.ops), tensors, seeds_of(list(kernel.ops)),
+                                     t.base_m, cols).values()) * t.buffers
+    return KernelProgram(
+        kernel.name, tuple(op.name for op in kernel.ops), kernel.fused, "cube", shape.dtype,
+        _flops(kernel.ops, tensors), cores, t.to_dict(), sum(tensors[n].nbytes for n in ins),
+        tensors[kernel.output].nbytes, plan, vector_work_bytes=_vector_work(kernel, workload, hw),
+        cube_flops=_flops(kernel.gemms, tensors))
 
 
-def _emit_matmul_core(core: CoreProgram, steps: list, t, shape: MatmulShape, fractal, hw,
-                      out_name: str, m1: int, n1: int, l1: dict, l0_a: SlotRing,
-                      l0_b: SlotRing, l0_c: SlotRing) -> None:
-    fm, fn, fk = fractal
-    # Which step last uses each staged chunk: the step before the next fresh load of that side.
-    last_use = {}
-    for side in ("A", "B"):
-        current = None
-        for index, step in enumerate(steps):
-            if step[5][side]:
-                current = index
-            last_use[(side, current)] = index
-    slot_of = {}
-    block_first = True
-    for index, (bm, bn, kc, kc1, keys, fresh) in enumerate(steps):
-        rows, cols = min(m1, bm + t.base_m) - bm, min(n1, bn + t.base_n) - bn
-        for side in ("A", "B"):
-            if fresh[side]:
-                region = keys[side]
-                nbytes = ((region.row1 - region.row0) * (region.col1 - region.col0)
-                          * (shape.a_bytes if side == "A" else shape.b_bytes))
-                load = transfer("MTE2", f"load {side} {_region_label(region)}", "HBM", "L1",
-                                nbytes, region)
-                slot_of[side] = (l1[side].fill(load), index)
-                core.emit(load)
-        chunk_starts = range(kc, kc1, t.base_k)
-        for kb_index, kb in enumerate(chunk_starts):
-            depth = min(kc1, kb + t.base_k) - kb
-            moves, moves_bytes = {}, {}
-            for side, ring, nbytes in (
-                    ("A", l0_a, round_up(rows, fm) * round_up(depth, fk) * shape.a_bytes),
-                    ("B", l0_b, round_up(depth, fk) * round_up(cols, fn) * shape.b_bytes)):
-                dst = ring.buffer
-                move = transfer("MTE1", f"move {side} k{kb}", "L1", dst, nbytes)
-                slot, loaded_at = slot_of[side]
-                if kb_index == 0 and loaded_at == index:
-                    l1[side].first_use(move, slot)
-                if kb_index == len(chunk_starts) - 1 and last_use[(side, loaded_at)] == index:
-                    l1[side].last_use(move, slot)
-                moves[side] = (ring.fill(move), ring)
-                moves_bytes[side] = nbytes
-                core.emit(move)
-            mmad = Instr("CUBE", f"mmad {rows}x{cols}x{depth}",
-                         cycles=hw.cube.latency_cycles + cube_cycles(
-                             round_up(rows, fm), round_up(cols, fn), depth, fractal),
-                         reads=(("L0A", moves_bytes["A"]), ("L0B", moves_bytes["B"])),
-                         writes=(("L0C", round_up(rows, fm) * round_up(cols, fn)
-                                  * ACCUMULATOR_BYTES),))
-            for slot, ring in moves.values():
-                ring.first_use(mmad, slot)
-                ring.last_use(mmad, slot)
-            if block_first:
-                acc_slot = l0_c.fill(mmad)
-                mmad.sets.remove(l0_c.ready[acc_slot])  # ready only after the whole K
-                block_first = False
-            block_last = kc1 == shape.k and kb_index == len(chunk_starts) - 1
-            if block_last:
-                mmad.sets.append(l0_c.ready[acc_slot])
-                block_first = True
-            core.emit(mmad)
-        if kc1 == shape.k:
-            region = Region(out_name, bm, bm + rows, bn, bn + cols)
-            drain = transfer("FIXPIPE", f"drain C {_region_label(region)}", "L0C", "HBM",
-                             rows * cols * shape.out_bytes, region,
-                             read_bytes=round_up(rows, fm) * round_up(cols, fn) * ACCUMULATOR_BYTES)
-            l0_c.first_use(drain, acc_slot)
-            l0_c.last_use(drain, acc_slot)
-            core.emit(drain)
+class _MatmulCore:
+    """The program of one core of a matmul kernel."""
+
+    def __init__(self, kernel: Kernel, workload: Workload, hw: Hardware, shape: MatmulShape,
+                 t: Tiling):
+        self.kernel, self.workload, self.hw, self.shape, self.t = kernel, workload, hw, shape, t
+        self.fractal = hw.cube.fractal[shape.dtype]
+        self.tensors = workload.tensors
+        gemm = kernel.gemms[0]
+        self.a = gemm.inputs[0]
+        self.a_shape = self.tensors[self.a].shape
+        self.transpose_a = gemm.attrs.get("transpose_a", False)
+        self.bs = [(op.inputs[1], self.tensors[op.inputs[1]].shape,
+                    op.attrs.get("transpose_b", False), op.output) for op in kernel.gemms]
+
+    def emit(self, batches: range, m_range: tuple[int, int], n_range: tuple[int, int]):
+        t, shape = self.t, self.shape
+        core = self.core = new_core_program()
+        chunk_k = t.base_k * t.step_k
+        g = len(self.bs)
+        self.l1_a = SlotRing(core, "L1", t.base_m * chunk_k * shape.a_bytes, t.buffers)
+        self.l1_b = [SlotRing(core, "L1", chunk_k * t.base_n * shape.b_bytes, t.buffers)
+                     for _ in range(g)]
+        self.l0_a = SlotRing(core, "L0A", t.base_m * t.base_k * shape.a_bytes, t.buffers)
+        self.l0_b = [SlotRing(core, "L0B", t.base_k * t.base_n * shape.b_bytes, t.buffers)
+                     for _ in range(g)]
+        self.l0_c = [SlotRing(core, "L0C", t.base_m * t.base_n * ACCUMULATOR_BYTES, t.buffers)
+                     for _ in range(g)]
+        self.chain = None
+        if self.kernel.epilogue:
+            cols = shape.n if self.kernel.rowwise else t.base_n
+            self.chain = VectorChain(core, list(self.kernel.ops), self.workload, self.hw,
+                                     t.buffers, t.base_m, cols)
+        (m0, m1), (n0, n1) = m_range, n_range
+        blocks = [(b, bm, bn) for b in batches for bm in range(m0, m1, t.base_m)
+                  for bn in range(n0, n1, t.base_n)]
+        if t.order == "m":
+            blocks.sort(key=lambda block: (block[0], block[2], block[1]))
+        steps = self._plan_steps(blocks, m1, n1, chunk_k)
+        self._emit_steps(steps, n0, n1)
+        return core
+
+    def _plan_steps(self, blocks, m1: int, n1: int, chunk_k: int) -> list:
+        """Each (block, K chunk) with the L1 chunks it needs and whether each is fresh: a chunk
+        equal to the one staged just before is reused in place."""
+        t, shape = self.t, self.shape
+        staged: dict[int, Region | None] = {}
+        steps = []
+        for b, bm, bn in blocks:
+            rows, cols = (bm, min(m1, bm + t.base_m)), (bn, min(n1, bn + t.base_n))
+            for kc in range(0, shape.k, chunk_k):
+                depth = (kc, min(shape.k, kc + chunk_k))
+                keys = [_operand_region(self.a, self.a_shape, self.transpose_a, b, rows, depth)]
+                keys += [_operand_region(name, bshape, tb, b, depth, cols)
+                         for name, bshape, tb, _ in self.bs]
+                fresh = [staged.get(side) != key for side, key in enumerate(keys)]
+                staged.update(enumerate(keys))
+                steps.append((b, rows, cols, depth, keys, fresh))
+        return steps
+
+    def _emit_steps(self, steps: list, n0: int, n1: int) -> None:
+        t, shape, core = self.t, self.shape, self.core
+        fm, fn, fk = self.fractal
+        l1 = [self.l1_a, *self.l1_b]
+        names = ["A"] + (["B"] if len(self.l1_b) == 1 else [f"B{i}" for i in range(len(self.l1_b))])
+        last_use = {}
+        for side in range(len(l1)):
+            current = None
+            for index, step in enumerate(steps):
+                if step[5][side]:
+                    current = index
+                last_use[(side, current)] = index
+        slot_of = {}
+        acc_slots = None
+        for index, (b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh) in enumerate(steps):
+            rows, cols = bm1 - bm, bn1 - bn
+            for side, region in enumerate(keys):
+                if fresh[side]:
+                    elem = shape.a_bytes if side == 0 else shape.b_bytes
+                    load = transfer("MTE2", f"load {names[side]} {_label(region)}", "HBM", "L1",
+                                    (region.row1 - region.row0) * (region.col1 - region.col0)
+                                    * elem, region)
+                    slot_of[side] = (l1[side].fill(load), index)
+                    core.emit(load)
+            starts = range(kc, kc1, t.base_k)
+            for kb_index, kb in enumerate(starts):
+                depth = min(kc1, kb + t.base_k) - kb
+                a_bytes = round_up(rows, fm) * round_up(depth, fk) * shape.a_bytes
+                b_bytes = round_up(depth, fk) * round_up(cols, fn) * shape.b_bytes
+                moved = []
+                for side, (ring, nbytes) in enumerate(
+                        [(self.l0_a, a_bytes), *((r, b_bytes) for r in self.l0_b)]):
+                    move = transfer("MTE1", f"move {names[side]} k{kb}", "L1", ring.buffer,
+                                    nbytes)
+                    slot, loaded_at = slot_of[side]
+                    if kb_index == 0 and loaded_at == index:
+                        l1[side].first_use(move, slot)
+                    if kb_index == len(starts) - 1 and last_use[(side, loaded_at)] == index:
+                        l1[side].last_use(move, slot)
+                    moved.append((ring, ring.fill(move)))
+                    core.emit(move)
+                first_k, last_k = kb == 0, kb_index == len(starts) - 1 and kc1 == shape.k
+                if first_k:
+                    acc_slots = []
+                for gemm, acc in enumerate(self.l0_c):
+                    mmad = Instr("CUBE", f"mmad {rows}x{cols}x{depth}", cycles=(
+                        self.hw.cube.latency_cycles + cube_cycles(round_up(rows, fm),
+                                                                  round_up(cols, fn), depth,
+                                                                  self.fractal)),
+                        reads=(("L0A", a_bytes), ("L0B", b_bytes)),
+                        writes=(("L0C", round_up(rows, fm) * round_up(cols, fn)
+                                 * ACCUMULATOR_BYTES),))
+                    # every GEMM reads the one A block; each reads its own B block
+                    (a_ring, a_slot), (b_ring, b_slot) = moved[0], moved[1 + gemm]
+                    if gemm == 0:
+                        a_ring.first_use(mmad, a_slot)
+                    if gemm == len(self.l0_c) - 1:
+                        a_ring.last_use(mmad, a_slot)
+                    b_ring.first_use(mmad, b_slot)
+                    b_ring.last_use(mmad, b_slot)
+                    if first_k:
+                        acc_slots.append(acc.fill(mmad))
+                        mmad.sets.remove(acc.ready[acc_slots[gemm]])  # ready after the last k
+                    if last_k:
+                        mmad.sets.append(acc.ready[acc_slots[gemm]])
+                    core.emit(mmad)
+            if kc1 == shape.k:
+                self._drain(b, bm, rows, bn, cols, acc_slots, n0, n1)
+
+    def _drain(self, b: int, bm: int, rows: int, bn: int, cols: int, acc_slots: list,
+               n0: int, n1: int) -> None:
+        """Move the finished block out of L0C: to HBM, or to UB for the vector chain."""
+        fm, fn, _ = self.fractal
+        row0 = b * self.shape.m + bm
+        acc_bytes = round_up(rows, fm) * round_up(cols, fn) * ACCUMULATOR_BYTES
+        drains = {}
+        for (_, _, _, out), acc, slot in zip(self.bs, self.l0_c, acc_slots):
+            region = Region(out, row0, row0 + rows, bn, bn + cols)
+            dst = "UB" if self.chain else "HBM"
+            drain = transfer("FIXPIPE", f"drain {_label(region)}", "L0C", dst,
+                             rows * cols * DTYPE_BYTES[self.tensors[out].dtype],
+                             region if dst == "HBM" else None, read_bytes=acc_bytes)
+            acc.first_use(drain, slot)
+            acc.last_use(drain, slot)
+            drains[out] = drain
+        if not self.chain:
+            for drain in drains.values():
+                self.core.emit(drain)
+            return
+        if not self.kernel.rowwise:
+            self.chain.begin_tile(row0, row0 + rows, bn, bn + cols)
+            self.chain.block(bn, bn + cols, drains)
+            self.chain.end_tile()
+            return
+        if bn == n0:
+            self.chain.begin_tile(row0, row0 + rows, n0, n1)
+        self.chain.block(bn, bn + cols, drains)
+        if bn + cols == n1:
+            self.chain.end_tile()
 
 
-def _region_label(r: Region) -> str:
-    return f"{r.tensor}[{r.row0}:{r.row1}, {r.col0}:{r.col1}]"
-
-
-def lower_elementwise(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProgram:
-    """An elementwise op on the vector unit: tiles of the output spread over the cores."""
-    op = kernel.ops[0]
-    spec = OPS[op.op]
-    out = workload.tensors[op.output]
-    inputs = [workload.tensors[name] for name in op.inputs]
+def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProgram:
+    """A chain of vector ops: tiles of the output spread over the cores."""
+    tensors = workload.tensors
+    ops = list(kernel.ops)
+    out = tensors[kernel.output]
     rows, cols = as_2d(out)
-    buffers = workload.tiling_for(op.name).buffers or 2
-    # UB holds a slot per input and one for the output, each `buffers` deep: size the tile so
-    # that all of them fit even if no input is broadcast.
-    bytes_per_elem = sum(DTYPE_BYTES[t.dtype] for t in (*inputs, out))
-    max_elems = max(1, hw.buffer_bytes["UB"] // (buffers * bytes_per_elem)
-                    // UB_ALIGN_BYTES * UB_ALIGN_BYTES)
-    per_core = round_up(-(-rows * cols // hw.cores), UB_ALIGN_BYTES)
-    tile_elems = min(max_elems, per_core)
-    tile_cols = min(cols, tile_elems)
-    tile_rows = max(1, min(rows, tile_elems // tile_cols))
+    buffers = workload.tiling_for(kernel.tiling_op).buffers or 2
+    seeds = seeds_of(ops)
+    ub = hw.buffer_bytes["UB"]
+
+    def ub_need(tile_rows: int, tile_cols: int) -> int:
+        return sum(chain_slots(ops, tensors, seeds, tile_rows, tile_cols).values()) * buffers
+
+    if kernel.rowwise:
+        tile_cols = cols
+        if ub_need(1, cols) > ub:
+            raise TilingError(f"{ops[0].path}: one row of {kernel.output} ({cols} elements) "
+                              f"needs {ub_need(1, cols)} B of UB for kernel '{kernel.name}' "
+                              f"but UB holds {ub} B; try buffers: 1 in its tiling")
+        tile_rows = max(1, min(-(-rows // hw.cores), ub // ub_need(1, cols)))
+        while tile_rows > 1 and ub_need(tile_rows, cols) > ub:
+            tile_rows -= 1
+    else:
+        per_core = round_up(-(-rows * cols // hw.cores), UB_ALIGN_BYTES)
+        per_elem = ub_need(1, UB_ALIGN_BYTES) / UB_ALIGN_BYTES
+        tile_elems = min(per_core, max(UB_ALIGN_BYTES, int(ub / per_elem)
+                                       // UB_ALIGN_BYTES * UB_ALIGN_BYTES))
+        tile_cols = min(cols, tile_elems)
+        tile_rows = max(1, min(rows, tile_elems // tile_cols))
+        while ub_need(tile_rows, tile_cols) > ub and tile_rows > 1:
+            tile_rows -= 1
     tiles = [(r, c) for r in range(0, rows, tile_rows) for c in range(0, cols, tile_cols)]
-
-    def slot_bytes(tensor: Tensor) -> int:
-        region = _broadcast_region(tensor, 0, tile_rows, 0, tile_cols)
-        return round_up((region.row1 - region.row0) * (region.col1 - region.col0)
-                        * DTYPE_BYTES[tensor.dtype], UB_ALIGN_BYTES)
-
-    factor = hw.vector.cost_factor[spec.cost_class]
     cores = []
     for core_index in range(min(hw.cores, len(tiles))):
         core = new_core_program()
-        in_rings = [SlotRing(core, "UB", slot_bytes(t), buffers) for t in inputs]
-        out_ring = SlotRing(core, "UB", slot_bytes(out), buffers)
+        chain = VectorChain(core, ops, workload, hw, buffers, tile_rows, tile_cols)
         for r0, c0 in tiles[core_index::hw.cores]:
             r1, c1 = min(rows, r0 + tile_rows), min(cols, c0 + tile_cols)
-            out_bytes = (r1 - r0) * (c1 - c0) * DTYPE_BYTES[out.dtype]
-            compute = Instr("VECTOR", f"{op.op} [{r0}:{r1}, {c0}:{c1}]", nbytes=out_bytes,
-                            cycles=hw.vector.latency_cycles + math.ceil(
-                                out_bytes * factor / hw.vector.bytes_per_cycle),
-                            writes=(("UB", out_bytes),))
-            in_bytes = []
-            for tensor, ring in zip(inputs, in_rings):
-                region = _broadcast_region(tensor, r0, r1, c0, c1)
-                nbytes = ((region.row1 - region.row0) * (region.col1 - region.col0)
-                          * DTYPE_BYTES[tensor.dtype])
-                load = transfer("MTE2", f"load {_region_label(region)}", "HBM", "UB", nbytes,
-                                region)
-                in_bytes.append(nbytes)
-                slot = ring.fill(load)
-                core.emit(load)
-                ring.first_use(compute, slot)
-                ring.last_use(compute, slot)
-            compute.reads = tuple(("UB", n) for n in in_bytes)
-            out_slot = out_ring.fill(compute)
-            core.emit(compute)
-            region = Region(out.name, r0, r1, c0, c1)
-            store = transfer("MTE3", f"store {_region_label(region)}", "UB", "HBM", out_bytes,
-                             region)
-            out_ring.first_use(store, out_slot)
-            out_ring.last_use(store, out_slot)
-            core.emit(store)
+            chain.begin_tile(r0, r1, c0, c1)
+            chain.block(c0, c1)
+            chain.end_tile()
         cores.append(core)
-    flops = spec.flops([t.shape for t in inputs])
-    ub_bytes = sum(slot_bytes(t) for t in (*inputs, out)) * buffers
-    return KernelProgram(kernel.name, (op.name,), False, "vector", out.dtype, flops, cores, None,
-                         sum(t.nbytes for t in inputs), out.nbytes, {"UB": ub_bytes},
-                         vector_work_bytes=out.nbytes * factor)
+    ins = {name for op in ops for name in op.inputs} - {op.output for op in ops}
+    return KernelProgram(
+        kernel.name, tuple(op.name for op in ops), kernel.fused, "vector", out.dtype,
+        _flops(ops, tensors), cores, None, sum(tensors[n].nbytes for n in ins), out.nbytes,
+        {"UB": ub_need(tile_rows, tile_cols)}, vector_work_bytes=_vector_work(kernel, workload, hw))
 
 
-def _broadcast_region(tensor: Tensor, r0: int, r1: int, c0: int, c1: int) -> Region:
-    """The part of an input that one output tile reads. Inputs are either the output's shape,
-    a row broadcast over all leading dims (a bias: 1 row), or a column broadcast (1 column)."""
-    rows, cols = as_2d(tensor)
-    if rows == 1:
-        r0, r1 = 0, 1
-    if cols == 1:
-        c0, c1 = 0, 1
-    return Region(tensor.name, r0, r1, c0, c1)
+def _operands(op, tensors) -> list[Operand]:
+    return [Operand(n, tensors[n].shape, tensors[n].dtype) for n in op.inputs]
+
+
+def _flops(ops, tensors) -> int:
+    return sum(OPS[op.op].flops(_operands(op, tensors), op.attrs) for op in ops)
+
+
+def _vector_work(kernel: Kernel, workload: Workload, hw: Hardware) -> float:
+    """Bytes × cost factor of the kernel's vector ops, for the roofline's compute bound."""
+    return sum(OPS[op.op].vector_work_bytes(_operands(op, workload.tensors), op.attrs)
+               * hw.vector.cost_factor[OPS[op.op].cost_class] for op in kernel.epilogue)
+
+
+def _label(r: Region) -> str:
+    return f"{r.tensor}[{r.row0}:{r.row1}, {r.col0}:{r.col1}]"

@@ -81,6 +81,8 @@ class SlotRing:
         self.slot_bytes = slot_bytes
         self.ready = [core.new_flag(0, "data") for _ in range(count)]
         self.free = [core.new_flag(1, "buffer_slot") for _ in range(count)]
+        # a second producer-consumer hand-off on the same slot (vector result → store)
+        self.done = [core.new_flag(0, "data") for _ in range(count)]
         self.next = 0
 
     def fill(self, producer: Instr) -> int:
@@ -117,7 +119,8 @@ class KernelProgram:
     compulsory_read_bytes: int                  # inputs read once from HBM
     compulsory_write_bytes: int                 # outputs written once to HBM
     buffer_plan_bytes: dict[str, int] = field(default_factory=dict)  # slots reserved per core
-    vector_work_bytes: float = 0.0              # vector kernels: bytes × op cost factor
+    vector_work_bytes: float = 0.0              # vector ops: bytes × op cost factor
+    cube_flops: int = 0                         # the part of `flops` the Cube does
 
     @property
     def instruction_count(self) -> int:
@@ -129,6 +132,7 @@ class Program:
     kernels: list[KernelProgram]
     tensor_geometry: dict[str, tuple[int, int, int]]   # tensor -> (rows, cols, element bytes)
     compulsory_hbm_bytes: int                          # external inputs once + outputs once
+    tensor_roles: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (role, bytes)
 
     @property
     def instruction_count(self) -> int:

@@ -33,6 +33,8 @@ class MatmulShape:
     b_bytes: int
     out_bytes: int
     dtype: str         # the Cube's input dtype (selects the fractal)
+    batch: int = 1     # independent matmuls of this shape (batch_matmul)
+    gemms: int = 1     # GEMMs sharing A in one kernel (2 for a dual gate/up GEMM)
 
 
 @dataclass(frozen=True)
@@ -43,13 +45,27 @@ class Tiling:
     step_k: int
     order: str
     buffers: int
+    split_b: int
     split_m: int
     split_n: int
 
     def to_dict(self) -> dict:
         return {"base": {"m": self.base_m, "n": self.base_n, "k": self.base_k},
                 "step": {"k": self.step_k}, "order": self.order, "buffers": self.buffers,
-                "split": {"m": self.split_m, "n": self.split_n}}
+                "split": {"b": self.split_b, "m": self.split_m, "n": self.split_n}}
+
+
+def gemm_shape(gemms: list, tensors: dict) -> MatmulShape:
+    """The shape of a kernel's GEMMs (two only when they share A and have equal shapes)."""
+    from ..graph.ops import DTYPE_BYTES, Operand, matmul_dims
+
+    op = gemms[0]
+    a, b = (tensors[name] for name in op.inputs)
+    operands = [Operand(t.name, t.shape, t.dtype) for t in (a, b)]
+    batch, m, n, k = matmul_dims(operands, op.attrs)
+    return MatmulShape(m=m, n=n, k=k, a_bytes=DTYPE_BYTES[a.dtype], b_bytes=DTYPE_BYTES[b.dtype],
+                       out_bytes=DTYPE_BYTES[tensors[op.output].dtype], dtype=a.dtype,
+                       batch=batch, gemms=len(gemms))
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -63,19 +79,21 @@ def single_core_extent(total: int, parts: int, align: int) -> int:
 
 def buffer_needs(shape: MatmulShape, t: Tiling) -> dict[str, tuple[int, str]]:
     """Bytes each per-core buffer needs for this tiling, with the formula that gives them."""
-    a, b, db = shape.a_bytes, shape.b_bytes, t.buffers
-    l1 = (t.base_m * t.base_k * a + t.base_k * t.base_n * b) * t.step_k * db
+    a, b, db, g = shape.a_bytes, shape.b_bytes, t.buffers, shape.gemms
+    gemms = f"{g} GEMMs × " if g > 1 else ""
+    l1 = (t.base_m * t.base_k * a + g * t.base_k * t.base_n * b) * t.step_k * db
     return {
         "L0A": (t.base_m * t.base_k * a * db,
                 f"base.m × base.k × {a} B × buffers = {t.base_m} × {t.base_k} × {a} × {db}"),
-        "L0B": (t.base_k * t.base_n * b * db,
-                f"base.k × base.n × {b} B × buffers = {t.base_k} × {t.base_n} × {b} × {db}"),
-        "L0C": (t.base_m * t.base_n * ACCUMULATOR_BYTES * db,
-                f"base.m × base.n × {ACCUMULATOR_BYTES} B × buffers = {t.base_m} × {t.base_n} × "
-                f"{ACCUMULATOR_BYTES} × {db}"),
-        "L1": (l1, f"(base.m × base.k × {a} B + base.k × base.n × {b} B) × step.k × buffers = "
-                   f"({t.base_m} × {t.base_k} × {a} + {t.base_k} × {t.base_n} × {b}) × "
-                   f"{t.step_k} × {db}"),
+        "L0B": (g * t.base_k * t.base_n * b * db,
+                f"{gemms}base.k × base.n × {b} B × buffers = {t.base_k} × {t.base_n} × {b} × "
+                f"{db}"),
+        "L0C": (g * t.base_m * t.base_n * ACCUMULATOR_BYTES * db,
+                f"{gemms}base.m × base.n × {ACCUMULATOR_BYTES} B × buffers = {t.base_m} × "
+                f"{t.base_n} × {ACCUMULATOR_BYTES} × {db}"),
+        "L1": (l1, f"(base.m × base.k × {a} B + {gemms}base.k × base.n × {b} B) × step.k × "
+                   f"buffers = ({t.base_m} × {t.base_k} × {a} + {g} × {t.base_k} × {t.base_n} × "
+                   f"{b}) × {t.step_k} × {db}"),
     }
 
 
@@ -95,9 +113,13 @@ def check_tiling(shape: MatmulShape, t: Tiling, hw: Hardware, path: str, kernel:
     if t.step_k * t.base_k > round_up(shape.k, fk) and t.step_k > 1:
         problems.append(f"{path}.step.k: step.k × base.k = {t.step_k} × {t.base_k} = "
                         f"{t.step_k * t.base_k} is larger than K={shape.k} of kernel '{kernel}'")
-    if t.split_m * t.split_n > hw.cores:
-        problems.append(f"{path}.split: split.m × split.n = {t.split_m} × {t.split_n} = "
-                        f"{t.split_m * t.split_n} cores, but {hw.name} has {hw.cores}")
+    if t.split_b * t.split_m * t.split_n > hw.cores:
+        problems.append(f"{path}.split: split.b × split.m × split.n = {t.split_b} × {t.split_m} "
+                        f"× {t.split_n} = {t.split_b * t.split_m * t.split_n} cores, but "
+                        f"{hw.name} has {hw.cores}")
+    if t.split_b > shape.batch:
+        problems.append(f"{path}.split.b: {t.split_b} is larger than the batch of kernel "
+                        f"'{kernel}' ({shape.batch})")
     for buffer, (need, formula) in buffer_needs(shape, t).items():
         capacity = hw.buffer_bytes[buffer]
         if need > capacity:
@@ -131,48 +153,56 @@ def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING
     """
     fm, fn, fk = hw.cube.fractal[shape.dtype]
     buffers = fixed.buffers or 2
-    split_m, split_n = _best_split(shape, hw, fm, fn, fixed)
+    g = shape.gemms
+    split_b, split_m, split_n = _best_split(shape, hw, fm, fn, fixed)
     core_m = single_core_extent(shape.m, split_m, fm)
     core_n = single_core_extent(shape.n, split_n, fn)
     base_m = fixed.base_m or min(core_m, 128)
     base_n = fixed.base_n or min(core_n, 256)
-    while base_m * base_n * ACCUMULATOR_BYTES * buffers > hw.buffer_bytes["L0C"] and base_n > fn:
+    while (g * base_m * base_n * ACCUMULATOR_BYTES * buffers > hw.buffer_bytes["L0C"]
+           and base_n > fn):
         base_n = round_up(base_n // 2, fn)
     if fixed.base_k:
         base_k = fixed.base_k
     else:
         k_room = min(hw.buffer_bytes["L0A"] // (base_m * shape.a_bytes * buffers),
-                     hw.buffer_bytes["L0B"] // (base_n * shape.b_bytes * buffers))
+                     hw.buffer_bytes["L0B"] // (g * base_n * shape.b_bytes * buffers))
         base_k = max(fk, min(k_room // fk * fk, round_up(shape.k, fk), 256))
     if fixed.step_k:
         step_k = fixed.step_k
     else:
-        per_step = (base_m * shape.a_bytes + base_n * shape.b_bytes) * base_k * buffers
+        per_step = (base_m * shape.a_bytes + g * base_n * shape.b_bytes) * base_k * buffers
         step_k = max(1, min(hw.buffer_bytes["L1"] // per_step, round_up(shape.k, fk) // base_k))
-    return Tiling(base_m, base_n, base_k, step_k, fixed.order or "n", buffers, split_m, split_n)
+    return Tiling(base_m, base_n, base_k, step_k, fixed.order or "n", buffers, split_b,
+                  split_m, split_n)
 
 
 def _best_split(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
-                fixed: TilingSpec) -> tuple[int, int]:
+                fixed: TilingSpec) -> tuple[int, int, int]:
+    """Fewest output elements on the busiest core, then the fewest operand bytes moved."""
     best = None
-    for split_m in range(1, hw.cores + 1):
-        if fixed.split_m and split_m != fixed.split_m:
+    for split_b in range(1, min(shape.batch, hw.cores) + 1):
+        if fixed.split_b and split_b != fixed.split_b:
             continue
-        split_n = fixed.split_n or hw.cores // split_m
-        if split_m * split_n > hw.cores:
-            continue
-        core_m = single_core_extent(shape.m, split_m, fm)
-        core_n = single_core_extent(shape.n, split_n, fn)
-        if core_m > round_up(shape.m, fm) or core_n > round_up(shape.n, fn):
-            continue
-        work = core_m * core_n
-        traffic = split_n * shape.m * shape.a_bytes + split_m * shape.n * shape.b_bytes
-        key = (work, traffic, split_m)
-        if best is None or key < best[0]:
-            best = (key, split_m, split_n)
+        for split_m in range(1, hw.cores // split_b + 1):
+            if fixed.split_m and split_m != fixed.split_m:
+                continue
+            split_n = fixed.split_n or hw.cores // (split_b * split_m)
+            if split_b * split_m * split_n > hw.cores:
+                continue
+            core_m = single_core_extent(shape.m, split_m, fm)
+            core_n = single_core_extent(shape.n, split_n, fn)
+            if core_m > round_up(shape.m, fm) or core_n > round_up(shape.n, fn):
+                continue
+            work = -(-shape.batch // split_b) * core_m * core_n
+            traffic = shape.batch * (split_n * shape.m * shape.a_bytes
+                                     + split_m * shape.n * shape.b_bytes * shape.gemms)
+            key = (work, traffic, split_b, split_m)
+            if best is None or key < best[0]:
+                best = (key, split_b, split_m, split_n)
     if best is None:  # a fixed split the shapes cannot use: keep it and let the rules say why
-        return fixed.split_m or 1, fixed.split_n or hw.cores
-    return best[1], best[2]
+        return fixed.split_b or 1, fixed.split_m or 1, fixed.split_n or hw.cores
+    return best[1], best[2], best[3]
 
 
 def cube_cycles(m: int, n: int, k: int, fractal: tuple[int, int, int]) -> int:

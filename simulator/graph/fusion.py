@@ -1,0 +1,225 @@
+"""The fusion pass: which ops run together as one kernel, and why the others do not.
+
+The rules, stated once:
+1. A matmul heads a kernel. Two matmuls that share their A operand and whose
+   results meet only in `act(g) * u` (act: silu, gelu or relu) run as one
+   dual-GEMM kernel with that product as its epilogue.
+2. A kernel absorbs the chain of vector ops that follows its result, as long
+   as each intermediate is read by exactly one op (otherwise it must reach
+   HBM), the next op is not a matmul (the Cube reads its operands from L1,
+   not UB), and the op's other inputs already exist when the kernel starts.
+3. A row-wise op (softmax, layernorm, rmsnorm) needs whole rows on one core:
+   after a matmul, that means the tiling's split.n is 1 (a core owns full
+   rows) and a block of rows fits UB; after a dual GEMM it is not supported.
+4. A vector op that no kernel absorbed heads its own vector kernel.
+5. A reshape is a view: no kernel; its input goes to HBM and is read back reshaped.
+With `fusion: none` every op is its own kernel. Explicit groups are checked
+against the same rules, and a group that breaks one is refused with the rule.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..config.workload import Op, Workload
+from ..errors import ConfigError
+from .dataflow import DataflowGraph
+from .ops import OPS
+
+DUAL_ACTIVATIONS = ("silu", "gelu", "relu")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    name: str
+    ops: tuple[Op, ...]              # in execution order
+    gemms: tuple[Op, ...]            # the matmuls (none for a vector kernel)
+    epilogue: tuple[Op, ...]         # vector ops run on chip after the GEMMs (or alone)
+
+    @property
+    def fused(self) -> bool:
+        return len(self.ops) > 1
+
+    @property
+    def unit(self) -> str:
+        return "cube" if self.gemms else "vector"
+
+    @property
+    def output(self) -> str:
+        """The one tensor the kernel writes to HBM: the end of its chain."""
+        return self.ops[-1].output
+
+    @property
+    def tiling_op(self) -> str:
+        """The op whose tiling entry applies to the kernel."""
+        return self.ops[0].name
+
+    @property
+    def rowwise(self) -> bool:
+        return any(OPS[op.op].rowwise for op in self.epilogue)
+
+
+@dataclass(frozen=True)
+class Plan:
+    kernels: tuple[Kernel, ...]
+    reasons: dict[str, str]          # op heading its own kernel -> why it is not fused
+
+
+def plan_kernels(workload: Workload) -> Plan:
+    graph = DataflowGraph(workload)
+    fusion = workload.fusion
+    if fusion == "none":
+        reasons = {op.name: "schedule.fusion is none: every op runs as its own kernel"
+                   for op in graph.ops if OPS[op.op].unit == "vector"}
+        return Plan(tuple(_kernel([op], graph) for op in graph.ops
+                          if OPS[op.op].unit != "view"), reasons)
+    pass_ = _FusionPass(graph)
+    if fusion == "auto":
+        return pass_.run()
+    return pass_.run_groups(fusion)
+
+
+def _kernel(ops: list[Op], graph: DataflowGraph) -> Kernel:
+    gemms = tuple(op for op in ops if OPS[op.op].unit == "cube")
+    epilogue = tuple(op for op in ops if OPS[op.op].unit == "vector")
+    return Kernel("+".join(op.name for op in ops), tuple(ops), gemms, epilogue)
+
+
+class _FusionPass:
+    def __init__(self, graph: DataflowGraph):
+        self.graph = graph
+        self.workload = graph.workload
+        self.assigned: set[str] = set()
+        self.reasons: dict[str, str] = {}
+
+    def run(self, group_of: dict[str, set[str]] | None = None) -> Plan:
+        """Grow kernels in execution order; `group_of` limits each head to its own group."""
+        kernels = []
+        for op in self.graph.ops:
+            if op.name in self.assigned or OPS[op.op].unit == "view":
+                continue
+            allowed = None if group_of is None else group_of.get(op.name, set())
+            kernels.append(self._grow(op, allowed))
+        heads = {k.ops[0].name for k in kernels}
+        reasons = {name: why for name, why in self.reasons.items() if name in heads}
+        for kernel in kernels:
+            head = kernel.ops[0]
+            if not kernel.gemms and head.name not in reasons:
+                reasons[head.name] = ("its inputs come from HBM (" + ", ".join(head.inputs)
+                                      + "): no kernel before it leaves them on chip")
+        return Plan(tuple(kernels), reasons)
+
+    def run_groups(self, groups: tuple[tuple[str, ...], ...]) -> Plan:
+        """Fuse exactly the groups given; refuse a group the rules do not allow."""
+        group_of = {name: set(group) for group in groups for name in group}
+        plan = self.run(group_of=group_of)
+        for group in groups:
+            kernel = next((k for k in plan.kernels if group[0] in {o.name for o in k.ops}), None)
+            got = [o.name for o in kernel.ops] if kernel else []
+            want = sorted(group, key=lambda n: self.graph.position[n])
+            if got != want:
+                missing = [n for n in want if n not in got]
+                why = (self.reasons.get(missing[0]) if missing else None) or (
+                    f"{want[0]} is not first in execution order" if got[:1] != want[:1]
+                    else "the ops do not form one chain")
+                raise ConfigError(self.workload.source, [
+                    f"schedule.fusion: group [{', '.join(group)}] cannot run as one kernel: "
+                    f"'{(missing or want)[0]}' cannot join: {why}"])
+        return plan
+
+    def _grow(self, head: Op, allowed: set[str] | None) -> Kernel:
+        ops = [head]
+        self.assigned.add(head.name)
+        tail = head.output
+        if OPS[head.op].unit == "cube":
+            dual = self._dual(head, allowed)
+            if dual:
+                ops += dual
+                self.assigned.update(op.name for op in dual)
+                tail = dual[-1].output
+        while True:
+            nxt = self._next(tail, ops, allowed)
+            if nxt is None:
+                break
+            ops.append(nxt)
+            self.assigned.add(nxt.name)
+            tail = nxt.output
+        return _kernel(ops, self.graph)
+
+    def _dual(self, first: Op, allowed: set[str] | None) -> list[Op] | None:
+        """[second matmul, act, mul] when `first` and another matmul meet in act(g) * u."""
+        graph = self.graph
+        for second in graph.consumers(first.inputs[0]):
+            if (second is first or second.op != first.op or second.name in self.assigned
+                    or (allowed is not None and second.name not in allowed)
+                    or second.attrs.get("transpose_a") != first.attrs.get("transpose_a")
+                    or graph.tensor(second.output).shape != graph.tensor(first.output).shape):
+                continue
+            for g, u in ((first.output, second.output), (second.output, first.output)):
+                act_users, u_users = graph.consumers(g), graph.consumers(u)
+                if len(act_users) != 1 or len(u_users) != 1:
+                    continue
+                act = act_users[0]
+                if act.op not in DUAL_ACTIVATIONS:
+                    continue
+                mul_users = graph.consumers(act.output)
+                if (len(mul_users) == 1 and mul_users[0] is u_users[0]
+                        and mul_users[0].op == "mul"
+                        and set(mul_users[0].inputs) == {act.output, u}
+                        and (allowed is None or {act.name, mul_users[0].name} <= allowed)):
+                    return [second, act, mul_users[0]]
+        return None
+
+    def _next(self, tensor: str, ops: list[Op], allowed: set[str] | None) -> Op | None:
+        """The op that may join the kernel after `tensor`, or None (recording why not)."""
+        graph = self.graph
+        users = graph.consumers(tensor)
+        if not users:
+            return None
+        if len(users) > 1:
+            for user in users:
+                others = ", ".join(u.name for u in users if u is not user)
+                self._why(user, f"its input {tensor} is also read by {others}, so {tensor} "
+                                "must be written to HBM")
+            return None
+        user = users[0]
+        if allowed is not None and user.name not in allowed:
+            return None
+        if user.name in self.assigned:
+            return None
+        if OPS[user.op].unit == "view":
+            self._why(user, f"a reshape is a view of {tensor} in HBM, so {tensor} is written "
+                            "there and read back under its new shape")
+            return None
+        if OPS[user.op].unit == "cube":
+            self._why(user, f"a matmul reads its operands through L1, not from UB: {tensor} "
+                            "goes out to HBM (or L2) and back")
+            return None
+        in_kernel = {op.output for op in ops}
+        for name in user.inputs:
+            if name == tensor or name in in_kernel:
+                continue
+            producer = graph.producer(name)
+            if producer is not None and producer.name not in self.assigned:
+                self._why(user, f"its other input {name} is produced by {producer.name}, which "
+                                "runs after this kernel would start")
+                return None
+        if graph.tensor(user.output).shape != graph.tensor(tensor).shape:
+            self._why(user, f"it broadcasts {tensor} to a larger shape")
+            return None
+        refusal = self._epilogue_refusal(user, ops)
+        if refusal:
+            self._why(user, refusal)
+            return None
+        return user
+
+    def _epilogue_refusal(self, op: Op, ops: list[Op]) -> str | None:
+        from ..schedule.epilogue import epilogue_refusal
+
+        gemms = [o for o in ops if OPS[o.op].unit == "cube"]
+        if len(gemms) > 1 and OPS[op.op].rowwise:
+            return f"{op.op} needs whole rows, which a dual-GEMM epilogue does not keep"
+        return epilogue_refusal(self.workload, ops + [op])
+
+    def _why(self, op: Op, reason: str) -> None:
+        self.reasons.setdefault(op.name, reason)

@@ -1,0 +1,207 @@
+"""Vector chains: the ops a kernel runs on the vector unit, tile by tile, in UB.
+
+The same chain serves a fused matmul epilogue (its first values arrive from
+L0C through FIXPIPE) and a vector kernel (they arrive from HBM through MTE2).
+Ops work in place: the chain's running value stays in one UB slot per tile
+(sized for the widest dtype it takes), each op's other inputs are loaded into
+slots of their own (a bias or scale only its broadcast row or column), and
+the final value leaves once, UB → HBM by MTE3.
+
+A chain with a row-wise op (softmax, layernorm, rmsnorm) works on tiles of
+whole rows; after a matmul that means a block of rows × all N columns,
+filled block by block by FIXPIPE before the row-wise op runs.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..config.hardware import Hardware
+from ..config.workload import Op, Tensor, Workload
+from ..graph.ops import DTYPE_BYTES, OPS
+from .program import CoreProgram, Instr, Region, SlotRing, transfer
+from .tiling import TilingError, gemm_shape, resolve_tiling, round_up
+
+UB_ALIGN_BYTES = 32  # UB and L1 addresses are 32-byte aligned (Ascend C hardware constraints)
+
+
+def as_2d(tensor: Tensor) -> tuple[int, int]:
+    cols = tensor.shape[-1]
+    return math.prod(tensor.shape) // cols, cols
+
+
+def broadcast_region(tensor: Tensor, r0: int, r1: int, c0: int, c1: int) -> Region:
+    """The part of an input that one output tile reads: inputs either match the output, are
+    one row broadcast over all leading dims (a bias), or one column (a per-row scale)."""
+    rows, cols = as_2d(tensor)
+    if rows == 1:
+        r0, r1 = 0, 1
+    if cols == 1:
+        c0, c1 = 0, 1
+    return Region(tensor.name, r0, r1, c0, c1)
+
+
+def region_bytes(region: Region, tensor: Tensor) -> int:
+    return (region.row1 - region.row0) * (region.col1 - region.col0) * DTYPE_BYTES[tensor.dtype]
+
+
+def chain_slots(ops: list[Op], tensors: dict[str, Tensor], seeds: tuple[str, ...],
+                tile_rows: int, tile_cols: int) -> dict[str, int]:
+    """UB bytes of one slot of each ring a chain needs for tiles of tile_rows × tile_cols.
+
+    `seeds` are the values that enter UB first (the GEMM results, or the first op's first
+    input). Ring names: 'chain:<tensor>' for running values, 'in:<tensor>' for inputs."""
+    vector_ops = [op for op in ops if OPS[op.op].unit == "vector"]
+    values = set(seeds) | {op.output for op in vector_ops}
+    widest = max(DTYPE_BYTES[tensors[name].dtype] for name in values)
+    slots = {f"chain:{name}": round_up(tile_rows * tile_cols * widest, UB_ALIGN_BYTES)
+             for name in seeds}
+    for op in vector_ops:
+        for name in op.inputs:
+            if name not in values and f"in:{name}" not in slots:
+                region = broadcast_region(tensors[name], 0, tile_rows, 0, tile_cols)
+                slots[f"in:{name}"] = round_up(region_bytes(region, tensors[name]),
+                                               UB_ALIGN_BYTES)
+    return slots
+
+
+def seeds_of(ops: list[Op]) -> tuple[str, ...]:
+    gemms = [op for op in ops if OPS[op.op].unit == "cube"]
+    return tuple(op.output for op in gemms) if gemms else (ops[0].inputs[0],)
+
+
+def epilogue_refusal(workload: Workload, ops: list[Op]) -> str | None:
+    """Why these ops cannot run as one kernel's chain with its tiling, or None if they can."""
+    tensors, hw = workload.tensors, workload.hardware
+    gemms = [op for op in ops if OPS[op.op].unit == "cube"]
+    rowwise = next((op for op in ops if OPS[op.op].rowwise), None)
+    buffers = workload.tiling_for(ops[0].name).buffers or 2
+    if gemms:
+        shape = gemm_shape(gemms, tensors)
+        try:
+            t = resolve_tiling(shape, workload.tiling_for(ops[0].name), hw, ops[0].name)
+        except TilingError:
+            return None  # the lowering reports the tiling's own problem
+        buffers = t.buffers
+        rows, cols = t.base_m, t.base_n
+        if rowwise:
+            path = f"schedule.tiling.{ops[0].name}"
+            if t.split_n != 1:
+                core_n = -(-shape.n // t.split_n)
+                return (f"{rowwise.op} needs whole rows of {rowwise.inputs[0]} (N={shape.n}) on "
+                        f"one core, but split.n={t.split_n} gives each core about {core_n} "
+                        f"columns; set {path}.split.n=1 to fuse")
+            if t.order != "n":
+                return (f"{rowwise.op} needs each block row finished before the next, but "
+                        f"order m walks M first; set {path}.order=n")
+            cols = shape.n
+    else:
+        rows, cols = (1, as_2d(tensors[ops[0].output])[1]) if rowwise else (1, UB_ALIGN_BYTES)
+    slots = chain_slots(ops, tensors, seeds_of(ops), rows, cols)
+    need = sum(slots.values()) * buffers
+    if need > hw.buffer_bytes["UB"]:
+        what = f"{rows} x {cols} tiles" if gemms else "one row"
+        return (f"the chain needs {need} B of UB for {what} ({len(slots)} slots x {buffers} "
+                f"buffers) but UB holds {hw.buffer_bytes['UB']} B")
+    return None
+
+
+class VectorChain:
+    """Emits a chain of vector ops over tiles on one core (see the module docstring)."""
+
+    def __init__(self, core: CoreProgram, ops: list[Op], workload: Workload, hw: Hardware,
+                 buffers: int, tile_rows: int, tile_cols: int):
+        self.core = core
+        self.tensors = workload.tensors
+        self.hw = hw
+        self.ops = [op for op in ops if OPS[op.op].unit == "vector"]
+        split = next((i for i, op in enumerate(self.ops) if OPS[op.op].rowwise), len(self.ops))
+        self.block_ops, self.tile_ops = self.ops[:split], self.ops[split:]
+        self.seeds = seeds_of(ops)
+        self.rings = {name: SlotRing(core, "UB", nbytes, buffers) for name, nbytes in
+                      chain_slots(ops, workload.tensors, self.seeds, tile_rows,
+                                  tile_cols).items()}
+        self.final = self.ops[-1].output
+
+    def begin_tile(self, r0: int, r1: int, c0: int, c1: int) -> None:
+        self.tile = (r0, r1, c0, c1)
+        self.slot_of: dict[str, tuple[SlotRing, int]] = {}
+        self.pending: dict[str, list[int]] = {}       # ready flags not yet waited on
+
+    def block(self, c0: int, c1: int, drains: dict[str, Instr] | None = None) -> None:
+        """One block of columns of the tile arrives (from L0C, or loaded from HBM), and the
+        ops before any row-wise op run on it."""
+        r0, r1, _, _ = self.tile
+        arrivals = drains or {self.seeds[0]: self._load(self.seeds[0], r0, r1, c0, c1)}
+        for name, instr in arrivals.items():
+            ring = self.rings[f"chain:{name}"]
+            if name in self.slot_of:      # a later block of a row tile: same slot, more data
+                slot = self.slot_of[name][1]
+                instr.sets.append(ring.ready[slot])
+            else:
+                slot = ring.fill(instr)
+                self.slot_of[name] = (ring, slot)
+            self.pending.setdefault(name, []).append(ring.ready[slot])
+            self.core.emit(instr)
+        for op in self.block_ops:
+            self._run(op, r0, r1, c0, c1)
+
+    def end_tile(self) -> None:
+        """The row-wise op and what follows it run on the whole tile; the result is stored."""
+        r0, r1, c0, c1 = self.tile
+        last = None
+        for op in self.tile_ops:
+            last = self._run(op, r0, r1, c0, c1)
+        last = last or self._last
+        ring, slot = self.slot_of[self.final]
+        last.sets.append(ring.done[slot])
+        region = Region(self.final, r0, r1, c0, c1)
+        store = transfer("MTE3", f"store {_label(region)}", "UB", "HBM",
+                         region_bytes(region, self.tensors[self.final]), region)
+        store.waits.append(ring.done[slot])
+        ring.last_use(store, slot)
+        self.core.emit(store)
+
+    def _load(self, name: str, r0: int, r1: int, c0: int, c1: int) -> Instr:
+        region = broadcast_region(self.tensors[name], r0, r1, c0, c1)
+        return transfer("MTE2", f"load {_label(region)}", "HBM", "UB",
+                        region_bytes(region, self.tensors[name]), region)
+
+    def _run(self, op: Op, r0: int, r1: int, c0: int, c1: int) -> Instr:
+        spec = OPS[op.op]
+        out = self.tensors[op.output]
+        elems = (r1 - r0) * (c1 - c0)
+        widest = max(DTYPE_BYTES[self.tensors[n].dtype] for n in (*op.inputs, op.output))
+        factor = self.hw.vector.cost_factor[spec.cost_class]
+        instr = Instr("VECTOR", f"{op.op} {op.output}[{r0}:{r1}, {c0}:{c1}]",
+                      nbytes=elems * DTYPE_BYTES[out.dtype],
+                      cycles=self.hw.vector.latency_cycles + math.ceil(
+                          elems * widest * factor / self.hw.vector.bytes_per_cycle))
+        reads = []
+        chain_inputs = [n for n in op.inputs if n in self.slot_of]
+        for name in op.inputs:
+            if name in self.slot_of:
+                instr.waits.extend(self.pending.pop(name, []))
+                reads.append(("UB", elems * DTYPE_BYTES[self.tensors[name].dtype]))
+                continue
+            load = self._load(name, r0, r1, c0, c1)
+            ring = self.rings[f"in:{name}"]
+            slot = ring.fill(load)
+            self.core.emit(load)
+            ring.first_use(instr, slot)
+            ring.last_use(instr, slot)
+            reads.append(("UB", load.nbytes))
+        target = self.slot_of[chain_inputs[0]]
+        for name in chain_inputs[1:]:
+            ring, slot = self.slot_of.pop(name)
+            ring.last_use(instr, slot)       # a second running value (dual GEMM) is done
+        self.slot_of[op.output] = target
+        instr.reads = tuple(reads)
+        instr.writes = (("UB", instr.nbytes),)
+        self.core.emit(instr)
+        self._last = instr
+        return instr
+
+
+def _label(r: Region) -> str:
+    return f"{r.tensor}[{r.row0}:{r.row1}, {r.col0}:{r.col1}]"

@@ -1,0 +1,73 @@
+"""Plans and comparisons as terminal tables."""
+
+from __future__ import annotations
+
+from ..units import format_bytes_decimal as fmt_bytes
+
+
+def render_plan(workload, plan) -> str:
+    ops = len(workload.ops)
+    fusion = workload.fusion if isinstance(workload.fusion, str) else "explicit groups"
+    lines = [f"{workload.name} on {workload.hardware.name}: {ops} ops in {len(plan.kernels)} "
+             f"kernels (fusion: {fusion})", ""]
+    width = max(len(k.name) for k in plan.kernels)
+    lines.append(f"  {'#':>3}  {'kernel':<{width}}  {'unit':<6}  {'reads from HBM':<28}  writes")
+    for index, kernel in enumerate(plan.kernels, 1):
+        produced = {op.output for op in kernel.ops}
+        reads = sorted({n for op in kernel.ops for n in op.inputs} - produced)
+        kind = kernel.unit + (" (dual GEMM)" if len(kernel.gemms) > 1 else "")
+        lines.append(f"  {index:>3}  {kernel.name:<{width}}  {kind:<6}  "
+                     f"{', '.join(reads):<28}  {kernel.output}")
+        if kernel.epilogue and kernel.gemms:
+            lines.append(f"  {'':>3}  {'':<{width}}  epilogue on chip: "
+                         + " → ".join(f"{op.op}({op.name})" for op in kernel.epilogue))
+    if plan.reasons:
+        lines += ["", "  not fused:"]
+        for name, why in plan.reasons.items():
+            lines.append(f"    {name}: {why}")
+    return "\n".join(lines)
+
+
+def render_compare(result: dict) -> str:
+    rows = result["variants"]
+    labels = [r["label"] for r in rows]
+    width = max(14, *(len(label) + 2 for label in labels))
+    reports = [r["report"] for r in rows]
+    us = [1e-3 / rep["clock_ghz"] for rep in reports]
+
+    def line(name: str, cells: list[str]) -> str:
+        return f"  {name:<28}" + "".join(f"{cell:>{width}}" for cell in cells)
+
+    out = [f"{result['workload']}: {len(rows)} variants"
+           + (f" (common: {' '.join(result['common_overrides'])})"
+              if result["common_overrides"] else ""), ""]
+    out.append(line("", labels))
+    out.append(line("overrides", [" ".join(r["overrides"]) or "-" for r in rows]))
+    out.append(line("time (µs)", [f"{rep['time_us']:,.2f}" for rep in reports]))
+    out.append(line("speedup vs first", [f"{s:.2f}x" for s in result["speedups"]]))
+    out.append(line("bound", [rep["bound"] for rep in reports]))
+    out.append(line("kernels", [str(len(rep["kernels"])) for rep in reports]))
+    out.append(line("launch overhead (µs)", [f"{rep['launch_overhead_cycles'] * u:,.2f}"
+                                             for rep, u in zip(reports, us)]))
+    out.append(line("HBM read", [fmt_bytes(rep["traffic"]["HBM"]["read_bytes"])
+                                 for rep in reports]))
+    out.append(line("HBM write", [fmt_bytes(rep["traffic"]["HBM"]["write_bytes"])
+                                  for rep in reports]))
+    out.append(line("L2 hits (read bytes)", [fmt_bytes(rep["traffic"]["L2"]["read_bytes"])
+                                             for rep in reports]))
+    mid = [rep["intermediates"] for rep in reports]
+    out.append(line("intermediates written", [fmt_bytes(m["hbm_write_bytes"]) for m in mid]))
+    out.append(line("  read back from HBM", [fmt_bytes(m["hbm_read_bytes"]) for m in mid]))
+    out.append(line("  absorbed by L2", [fmt_bytes(m["l2_read_bytes"]) for m in mid]))
+    out.append(line("Cube busy", [f"{rep['utilization']['cube'] * 100:.1f}%" for rep in reports]))
+    out.append(line("roofline efficiency", [f"{rep['roofline']['efficiency'] * 100:.1f}%"
+                                            for rep in reports]))
+    for row, rep, u in zip(rows, reports, us):
+        out += ["", f"  {row['label']}: kernels"]
+        name_width = max(len(k["name"]) for k in rep["kernels"])
+        for k in rep["kernels"]:
+            t = k["traffic"]["HBM"]
+            out.append(f"    {k['name']:<{name_width}}  {k['cycles'] * u:>10,.2f} µs  "
+                       f"HBM read {fmt_bytes(t['read_bytes']):>9}  "
+                       f"write {fmt_bytes(t['write_bytes']):>9}")
+    return "\n".join(out)
