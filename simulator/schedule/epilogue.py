@@ -83,7 +83,7 @@ def epilogue_refusal(workload: Workload, ops: list[Op]) -> str | None:
         except TilingError:
             return None  # the lowering reports the tiling's own problem
         buffers = t.buffers
-        rows, cols = t.base_m, t.base_n
+        rows, cols = min(t.base_m, shape.m), t.base_n   # a block holds at most M rows
         if rowwise:
             path = f"schedule.tiling.{ops[0].name}"
             if t.split_n != 1:

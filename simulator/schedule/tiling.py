@@ -179,7 +179,7 @@ def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING
 
 def _best_split(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
                 fixed: TilingSpec) -> tuple[int, int, int]:
-    """Fewest output elements on the busiest core, then the fewest operand bytes moved."""
+    """Fewest output elements on the busiest core, then the fewest HBM bytes."""
     best = None
     for split_b in range(1, min(shape.batch, hw.cores) + 1):
         if fixed.split_b and split_b != fixed.split_b:
@@ -195,14 +195,25 @@ def _best_split(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
             if core_m > round_up(shape.m, fm) or core_n > round_up(shape.n, fn):
                 continue
             work = -(-shape.batch // split_b) * core_m * core_n
-            traffic = shape.batch * (split_n * shape.m * shape.a_bytes
-                                     + split_m * shape.n * shape.b_bytes * shape.gemms)
-            key = (work, traffic, split_b, split_m)
+            key = (work, _hbm_estimate(shape, hw, core_m, core_n), -split_b, split_m)
             if best is None or key < best[0]:
                 best = (key, split_b, split_m, split_n)
     if best is None:  # a fixed split the shapes cannot use: keep it and let the rules say why
         return fixed.split_b or 1, fixed.split_m or 1, fixed.split_n or hw.cores
     return best[1], best[2], best[3]
+
+
+def _hbm_estimate(shape: MatmulShape, hw: Hardware, core_m: int, core_n: int) -> int:
+    """Operand bytes from HBM: a core re-reads its A rows for each of its N blocks and its B
+    columns for each of its M blocks; a re-read operand that fits half the L2 (the other half
+    streams the other operand) is read from HBM once."""
+    m_blocks = -(-core_m // min(core_m, 128))
+    n_blocks = -(-core_n // min(core_n, 256 // shape.gemms))
+    a_bytes = shape.batch * shape.m * shape.k * shape.a_bytes
+    b_bytes = shape.batch * shape.k * shape.n * shape.b_bytes * shape.gemms
+    l2 = hw.memories["L2"].capacity_bytes // 2
+    return (a_bytes * (n_blocks if a_bytes > l2 else 1)
+            + b_bytes * (m_blocks if b_bytes > l2 else 1))
 
 
 def cube_cycles(m: int, n: int, k: int, fractal: tuple[int, int, int]) -> int:

@@ -10,17 +10,17 @@ def render_plan(workload, plan) -> str:
     fusion = workload.fusion if isinstance(workload.fusion, str) else "explicit groups"
     lines = [f"{workload.name} on {workload.hardware.name}: {ops} ops in {len(plan.kernels)} "
              f"kernels (fusion: {fusion})", ""]
-    width = max(len(k.name) for k in plan.kernels)
-    lines.append(f"  {'#':>3}  {'kernel':<{width}}  {'unit':<6}  {'reads from HBM':<28}  writes")
+    rows = []
     for index, kernel in enumerate(plan.kernels, 1):
         produced = {op.output for op in kernel.ops}
-        reads = sorted({n for op in kernel.ops for n in op.inputs} - produced)
-        kind = kernel.unit + (" (dual GEMM)" if len(kernel.gemms) > 1 else "")
-        lines.append(f"  {index:>3}  {kernel.name:<{width}}  {kind:<6}  "
-                     f"{', '.join(reads):<28}  {kernel.output}")
-        if kernel.epilogue and kernel.gemms:
-            lines.append(f"  {'':>3}  {'':<{width}}  epilogue on chip: "
-                         + " → ".join(f"{op.op}({op.name})" for op in kernel.epilogue))
+        reads = ", ".join(sorted({n for op in kernel.ops for n in op.inputs} - produced))
+        kind = "dual GEMM" if len(kernel.gemms) > 1 else ("GEMM" if kernel.gemms else "vector")
+        chain = " → ".join(op.op for op in kernel.ops)
+        rows.append((str(index), kernel.name, kind, chain, reads, kernel.output))
+    header = ("#", "kernel", "kind", "ops", "reads from HBM", "writes")
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    for row in [header, *rows]:
+        lines.append("  " + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
     if plan.reasons:
         lines += ["", "  not fused:"]
         for name, why in plan.reasons.items():
@@ -42,7 +42,6 @@ def render_compare(result: dict) -> str:
            + (f" (common: {' '.join(result['common_overrides'])})"
               if result["common_overrides"] else ""), ""]
     out.append(line("", labels))
-    out.append(line("overrides", [" ".join(r["overrides"]) or "-" for r in rows]))
     out.append(line("time (µs)", [f"{rep['time_us']:,.2f}" for rep in reports]))
     out.append(line("speedup vs first", [f"{s:.2f}x" for s in result["speedups"]]))
     out.append(line("bound", [rep["bound"] for rep in reports]))

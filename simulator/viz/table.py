@@ -59,19 +59,26 @@ def render_report(report) -> str:
         if any(causes.values()):
             lines.append(f"  {pipe:<40}" + "".join(
                 f"{_pct(causes[c] / core_cycles):>16}" for c in STALL_LABELS))
-    lines += ["", f"  {'kernel':<10}{'ops':<12}{'µs':>10}{'roofline µs':>13}{'HBM read':>12}"
+    width = max(10, *(len(k["name"]) + 2 for k in d["kernels"]))
+    lines += ["", f"  {'kernel':<{width}}{'unit':<8}{'µs':>10}{'roofline µs':>13}{'HBM read':>12}"
                   f"{'HBM write':>12}  tiling"]
     for k in d["kernels"]:
-        t = k["tiling"]
-        tiling = "vector tiles" if t is None else (
-            f"base {t['base']['m']}x{t['base']['n']}x{t['base']['k']} step.k {t['step']['k']} "
-            f"order {t['order']} buffers {t['buffers']} split {t['split']['m']}x{t['split']['n']}")
-        lines.append(f"  {k['name']:<10}{'+'.join(k['ops']):<12}{k['cycles'] * us:>10,.2f}"
+        lines.append(f"  {k['name']:<{width}}{k['unit']:<8}{k['cycles'] * us:>10,.2f}"
                      f"{k['roofline_cycles'] * us:>13,.2f}"
                      f"{fmt_bytes(k['traffic']['HBM']['read_bytes']):>12}"
-                     f"{fmt_bytes(k['traffic']['HBM']['write_bytes']):>12}  {tiling}")
+                     f"{fmt_bytes(k['traffic']['HBM']['write_bytes']):>12}  "
+                     f"{describe_tiling(k['tiling'])}")
     lines += ["", *explain(d)]
     return "\n".join(lines)
+
+
+def describe_tiling(t: dict | None) -> str:
+    if t is None:
+        return "vector tiles"
+    split = t["split"]
+    cores = "x".join(str(split[d]) for d in ("b", "m", "n") if d != "b" or split[d] > 1)
+    return (f"base {t['base']['m']}x{t['base']['n']}x{t['base']['k']} step.k {t['step']['k']} "
+            f"order {t['order']} buffers {t['buffers']} split {cores}")
 
 
 def explain(d: dict) -> list[str]:
