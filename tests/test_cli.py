@@ -93,4 +93,5 @@ def test_readme_shows_the_real_output_of_the_main_job():
     """The README's sample output is the program's output today, byte for byte."""
     readme = (ROOT / "README.md").read_text()
     shown = readme.split("## What the main job prints\n\n```\n", 1)[1].split("\n```", 1)[0]
-    assert run_cli("run", "workloads/ffn_decode.yaml").stdout.rstrip() == shown
+    assert run_cli("run", "workloads/ffn_decode.yaml").stdout.rstrip() == shown, (
+        "refresh it with: python -m tests.refresh_readme")

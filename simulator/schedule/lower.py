@@ -64,9 +64,11 @@ def lower(workload: Workload, plan: Plan) -> Program:
     written = {kernel.output for kernel in plan.kernels}
     compulsory = sum(tensors[name].nbytes for name in (consumed - produced) | written)
     roles = {}
-    for name in sorted(consumed | written):
+    for name in sorted(consumed | produced):
         if name not in produced:
-            role = tensors[name].kind                    # activation or weight, from HBM
+            role = tensors[name].kind                    # activation, weight or cache: from HBM
+        elif name not in written:
+            role = "on_chip"                             # lives and dies inside one fused kernel
         elif name in consumed:
             role = "intermediate"                        # written by one kernel, read by another
         else:
