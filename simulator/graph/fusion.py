@@ -100,14 +100,16 @@ class _FusionPass:
                 continue
             allowed = None if group_of is None else group_of.get(op.name, set())
             kernels.append(self._grow(op, allowed))
-        heads = {k.ops[0].name for k in kernels}
+        heads = {k.ops[0].name for k in kernels} | {
+            op.name for op in self.graph.ops if OPS[op.op].unit == "view"}
         reasons = {name: why for name, why in self.reasons.items() if name in heads}
         for kernel in kernels:
             head = kernel.ops[0]
             if not kernel.gemms and head.name not in reasons:
                 reasons[head.name] = ("its inputs come from HBM (" + ", ".join(head.inputs)
                                       + "): no kernel before it leaves them on chip")
-        return Plan(tuple(kernels), reasons)
+        ordered = dict(sorted(reasons.items(), key=lambda item: self.graph.position[item[0]]))
+        return Plan(tuple(kernels), ordered)
 
     def run_groups(self, groups: tuple[tuple[str, ...], ...]) -> Plan:
         """Fuse exactly the groups given; refuse a group the rules do not allow."""
@@ -174,26 +176,23 @@ class _FusionPass:
         """The op that may join the kernel after `tensor`, or None (recording why not)."""
         graph = self.graph
         users = graph.consumers(tensor)
-        if not users:
-            return None
-        if len(users) > 1:
-            for user in users:
+        for user in users:
+            if OPS[user.op].unit == "view":
+                self._why(user, f"a reshape is a view of {tensor} in HBM, so {tensor} is "
+                                "written there and read back under its new shape")
+            elif OPS[user.op].unit == "cube":
+                self._why(user, f"a matmul reads its operands through L1, not from UB: {tensor} "
+                                "goes out to HBM (or L2) and back")
+            elif len(users) > 1:
                 others = ", ".join(u.name for u in users if u is not user)
                 self._why(user, f"its input {tensor} is also read by {others}, so {tensor} "
                                 "must be written to HBM")
+        if len(users) != 1 or OPS[users[0].op].unit != "vector":
             return None
         user = users[0]
         if allowed is not None and user.name not in allowed:
             return None
         if user.name in self.assigned:
-            return None
-        if OPS[user.op].unit == "view":
-            self._why(user, f"a reshape is a view of {tensor} in HBM, so {tensor} is written "
-                            "there and read back under its new shape")
-            return None
-        if OPS[user.op].unit == "cube":
-            self._why(user, f"a matmul reads its operands through L1, not from UB: {tensor} "
-                            "goes out to HBM (or L2) and back")
             return None
         in_kernel = {op.output for op in ops}
         for name in user.inputs:
