@@ -1,24 +1,38 @@
-"""Refresh the README's sample output after a deliberate change to the report:
+"""Refresh the README's sample outputs after a deliberate change to what they show:
 
     python -m tests.refresh_readme
+
+Every fenced block right after a line `<!-- output of: COMMAND -->` is replaced by what
+COMMAND prints today (tests/test_cli.py checks that they match).
 """
 
+import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MARK = "## What the main job prints\n\n```\n"
+BLOCK = re.compile(r"(<!-- output of: (?P<command>.+?) -->\n```\n)(?P<shown>.*?)(\n?```)", re.S)
+
+
+def output_of(command: str) -> str:
+    args = shlex.split(command)
+    assert args[:3] == ["python", "-m", "simulator"], command
+    return subprocess.run([sys.executable, *args[1:]], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.rstrip()
+
+
+def shown_blocks(readme: str) -> list[tuple[str, str]]:
+    return [(m["command"], m["shown"]) for m in BLOCK.finditer(readme)]
 
 
 def main() -> None:
-    out = subprocess.run([sys.executable, "-m", "simulator", "run", "workloads/ffn_decode.yaml"],
-                         cwd=ROOT, capture_output=True, text=True, check=True).stdout.rstrip()
-    readme = (ROOT / "README.md").read_text()
-    head, rest = readme.split(MARK, 1)
-    tail = rest.split("\n```", 1)[1]
-    (ROOT / "README.md").write_text(head + MARK + out + "\n```" + tail)
-    print("README.md: sample output refreshed; check that its prose still matches")
+    path = ROOT / "README.md"
+    text = BLOCK.sub(lambda m: m.group(1) + output_of(m["command"]) + "\n```",
+                     path.read_text())
+    path.write_text(text)
+    print("README.md: sample outputs refreshed; check that its prose still matches")
 
 
 if __name__ == "__main__":

@@ -89,9 +89,11 @@ def test_help(args):
     assert run_cli(*args).returncode == 0
 
 
-def test_readme_shows_the_real_output_of_the_main_job():
-    """The README's sample output is the program's output today, byte for byte."""
-    readme = (ROOT / "README.md").read_text()
-    shown = readme.split("## What the main job prints\n\n```\n", 1)[1].split("\n```", 1)[0]
-    assert run_cli("run", "workloads/ffn_decode.yaml").stdout.rstrip() == shown, (
-        "refresh it with: python -m tests.refresh_readme")
+def test_readme_shows_real_output():
+    """Each sample output in the README is what its command prints today, byte for byte."""
+    from .refresh_readme import output_of, shown_blocks
+    blocks = shown_blocks((ROOT / "README.md").read_text())
+    assert [c for c, _ in blocks][:1] == ["python -m simulator run workloads/ffn_decode.yaml"]
+    for command, shown in blocks:
+        assert output_of(command) == shown, (
+            f"README block for '{command}' is stale; refresh: python -m tests.refresh_readme")

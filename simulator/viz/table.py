@@ -49,6 +49,17 @@ def render_report(report) -> str:
                 f" ({t['hits'] / lookups * 100:.1f}% hit)" if lookups else "")
         lines.append(f"  {level:<6} {fmt_bytes(t['read_bytes']):>11}  "
                      f"{fmt_bytes(t['write_bytes']):>11}{extra}")
+    roles: dict[str, list[int]] = {}
+    for t in d["tensors"].values():
+        acc = roles.setdefault(t["role"], [0, 0, 0, 0])
+        for i, key in enumerate(("bytes", "hbm_read_bytes", "l2_read_bytes", "hbm_write_bytes")):
+            acc[i] += t[key]
+    lines += ["", "  by tensor role     size    HBM read     L2 read   HBM write"]
+    for role in ("weight", "cache", "activation", "intermediate", "on_chip", "output"):
+        if role in roles:
+            size, hbm_read, l2_read, hbm_write = roles[role]
+            lines.append(f"  {role:<12}{fmt_bytes(size):>11}{fmt_bytes(hbm_read):>12}"
+                         f"{fmt_bytes(l2_read):>12}{fmt_bytes(hbm_write):>12}")
     lines += ["", "  utilization (busy fraction, averaged over the chip's cores)"]
     for unit, fraction in d["utilization"].items():
         lines.append(f"  {unit:<8} {_bar(fraction)} {_pct(fraction)}")
@@ -89,8 +100,13 @@ def explain(d: dict) -> list[str]:
     stalls = d["stalls"]
     out = []
     if d["bound"] == "memory":
+        by_role: dict[str, int] = {}
+        for t in d["tensors"].values():
+            by_role[t["role"]] = by_role.get(t["role"], 0) + t["hbm_read_bytes"]
+        big = [f"{role}s {fmt_bytes(n)}" for role, n in sorted(by_role.items(), key=lambda i: -i[1])
+               if n >= 0.1 * roof["compulsory_hbm_bytes"]]
         out.append(f"Why: memory-bound. Moving {fmt_bytes(roof['compulsory_hbm_bytes'])} over HBM "
-                   f"takes at least {roof['memory_cycles'] * us:,.1f} µs "
+                   f"({', '.join(big)}) takes at least {roof['memory_cycles'] * us:,.1f} µs "
                    f"at peak, while the Cube's work needs only "
                    f"{roof['compute_cycles'] * us:,.1f} µs.")
         out.append(f"     The Cube is busy {util['cube'] * 100:.1f}% of the time and does useful "
