@@ -28,7 +28,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", metavar="FILE", help="also write the full report as JSON "
                      "('-' for standard output)")
     run.add_argument("--force", action="store_true",
-                     help="overwrite an existing --json file that is not a report of ours")
+                     help="overwrite an existing --json/--trace file that is not ours")
+    run.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open it in Perfetto "
+                     "or chrome://tracing): one track per pipe per core")
+    run.add_argument("--plot", metavar="DIR", help="write roofline, timeline, traffic and "
+                     "utilization PNGs into DIR")
 
     plan = sub.add_parser("plan", help="show the kernels the fusion pass forms, and why",
                           description="Print the kernels, the ops in each, and for every op "
@@ -53,6 +57,28 @@ def _parser() -> argparse.ArgumentParser:
                          "('-' for standard output)")
     compare.add_argument("--force", action="store_true",
                          help="overwrite an existing --json file that is not a report of ours")
+
+    sweep = sub.add_parser(
+        "sweep", help="simulate a grid of overrides in parallel; write a tidy CSV",
+        description="Simulate every combination of the --grid values (any workload, schedule "
+                    "or hardware field) in worker processes, and write one CSV row per point. "
+                    "Illegal points (a tile that does not fit) are rows with their reason.")
+    sweep.add_argument("workload")
+    sweep.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
+                       help="a field and its values, e.g. params.tokens=1,8,64 (repeatable; "
+                            "two fields make a heatmap)")
+    sweep.add_argument("--set", dest="overrides", action="append", default=[],
+                       metavar="PATH=VALUE", help="a value for every point (repeatable)")
+    sweep.add_argument("--workers", type=int, default=None,
+                       help="worker processes (default: the number of cores)")
+    sweep.add_argument("--csv", metavar="FILE", help="CSV path (default: <workload>-sweep.csv)")
+    sweep.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
+    sweep.add_argument("--plot", metavar="FILE.png", help="line plot and roofline (one field) "
+                       "or heatmap (two fields)")
+    sweep.add_argument("--metric", default="time_us", help="the figure to plot (a CSV column; "
+                       "default time_us)")
+    sweep.add_argument("--force", action="store_true",
+                       help="overwrite output files that are not ours")
     return parser
 
 
@@ -66,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
             return _plan(args)
         if args.command == "compare":
             return _compare(args)
+        if args.command == "sweep":
+            return _sweep(args)
     except SimulatorError as exc:
         for line in str(exc).splitlines():
             print(f"error: {line}", file=sys.stderr)
@@ -81,15 +109,28 @@ def _run(args) -> int:
 
     if args.json and args.json != "-":
         _check_writable(Path(args.json), args.force)
+    if args.trace:
+        _check_writable(Path(args.trace), args.force)
     workload = load_workload(args.workload, args.overrides)
     report = simulate(workload)
     if args.json == "-":
         print(report.to_json())
-        return 0
-    print(report.summary())
-    if args.json:
+    else:
+        print(report.summary())
+    notes = []
+    if args.json and args.json != "-":
         Path(args.json).write_text(report.to_json() + "\n", encoding="utf-8")
-        print(f"\nreport written to {args.json}")
+        notes.append(f"report written to {args.json}")
+    if args.trace:
+        report.write_chrome_trace(args.trace)
+        notes.append(f"Chrome trace written to {args.trace} (open it in https://ui.perfetto.dev)")
+    if args.plot:
+        from .viz.plots import write_plots
+        paths = write_plots(report, args.plot)
+        notes.append("plots written: " + ", ".join(str(p) for p in paths))
+    for note in notes:
+        print(("\n" if note is notes[0] else "") + note, file=sys.stderr if args.json == "-"
+              else sys.stdout)
     return 0
 
 
@@ -145,17 +186,68 @@ def _compare(args) -> int:
     return 0
 
 
+def _sweep(args) -> int:
+    from .sweep import METRICS, parse_grid, sweep, write_csv
+
+    grid = parse_grid(args.grid)
+    if args.workers is not None and args.workers < 1:
+        raise SimulatorError(f"--workers {args.workers}: needs at least 1")
+    if args.metric not in METRICS:
+        raise SimulatorError(f"--metric {args.metric}: not a sweep figure (figures: "
+                             f"{', '.join(METRICS)})")
+    csv_path = Path(args.csv or f"{Path(args.workload).stem}-sweep.csv")
+    outputs = [p for p in (csv_path, args.json and Path(args.json),
+                           args.plot and Path(args.plot)) if p]
+    for path in outputs:
+        _check_writable(path, args.force)
+    from . import load_workload
+    load_workload(args.workload, args.overrides)          # fail fast on a broken base file
+    rows = sweep(args.workload, grid, args.overrides, workers=args.workers,
+                 progress=sys.stderr.isatty())
+    fields = list(grid)
+    width = max(12, *(len(f) + 2 for f in fields))
+    print("".join(f"{f:>{width}}" for f in fields) + f"{'time µs':>12}{'TFLOPS':>9}"
+          f"{'HBM TB/s':>10}{'bound':>9}  note")
+    for row in rows:
+        cells = "".join(f"{str(row[f]):>{width}}" for f in fields)
+        if row["error"]:
+            print(cells + f"{'-':>12}{'-':>9}{'-':>10}{'illegal':>9}  {row['error'][:80]}")
+        else:
+            print(cells + f"{row['time_us']:>12,.2f}{row['achieved_tflops']:>9.2f}"
+                  f"{row['achieved_hbm_tbps']:>10.3f}{row['bound']:>9}")
+    write_csv(rows, csv_path)
+    print(f"\n{len(rows)} points written to {csv_path}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"workload": args.workload, "grid": grid,
+                                               "overrides": args.overrides, "points": rows},
+                                              indent=2) + "\n", encoding="utf-8")
+        print(f"rows written to {args.json}")
+    if args.plot:
+        from .viz.plots import plot_sweep
+        plot_sweep(rows, fields, args.metric, args.plot)
+        print(f"plot written to {args.plot}")
+    return 0
+
+
 def _check_writable(path: Path, force: bool) -> None:
     """Refuse to overwrite a file that is not one of our own reports, unless forced."""
     if not path.exists() or force:
         if path.parent != Path("") and not path.parent.is_dir():
             raise SimulatorError(f"--json {path}: folder '{path.parent}' does not exist")
         return
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        ours = "provenance" in data or "variants" in data
-    except (OSError, ValueError, TypeError):
-        ours = False
+    ours = False
+    if path.suffix == ".png":
+        ours = path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"   # a picture, ours to redraw
+    elif path.suffix == ".csv":
+        header = path.read_text(encoding="utf-8", errors="replace").split("\n", 1)[0]
+        ours = ",error,time_us," in f",{header},"
+    else:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            ours = any(key in data for key in ("provenance", "variants", "traceEvents",
+                                               "points"))
+        except (OSError, ValueError, TypeError):
+            ours = False
     if not ours:
         raise SimulatorError(f"--json {path}: the file exists and is not a report written by "
                              "this simulator; choose another name or pass --force to overwrite it")

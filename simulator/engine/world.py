@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import simpy
 
@@ -23,8 +24,9 @@ class InvariantError(AssertionError):
     """The model broke physics (a bug in the simulator, never a user mistake)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Record:
+class Record(NamedTuple):
+    """One executed instruction (a NamedTuple: immutable and cheap to create on the hot path)."""
+
     kernel: int
     core: int
     pipe: str
@@ -42,6 +44,8 @@ class Record:
     l2_hit_bytes: int          # of a global-memory read: bytes served by L2
     hbm_bytes: int             # bytes moved on HBM (a read's fetch, or a write)
     tensor: str | None         # the tensor read from or written to global memory
+    acquire: tuple[str, int] | None          # buffer slot taken at start (buffer, bytes)
+    release: tuple[tuple[str, int], ...]     # slots freed at the end
 
 
 @dataclass(frozen=True)
@@ -121,9 +125,9 @@ class World:
     def _pipe(self, kernel: int, core_index: int, pipe: str, queue: list[Instr],
               core: CoreProgram, flags: list[_Flag], occupancy: dict[str, int]):
         env = self.env
-        causes = core.flag_cause
+        slot_flag = [cause == "buffer_slot" for cause in core.flag_cause]
         for instr in queue:
-            waited = {"data": 0, "buffer_slot": 0}
+            wait_data = wait_slot = 0
             for flag_id in instr.waits:
                 flag = flags[flag_id]
                 if flag.count:
@@ -133,7 +137,10 @@ class World:
                 flag.waiters.append(event)
                 since = env.now
                 yield event
-                waited[causes[flag_id]] += env.now - since
+                if slot_flag[flag_id]:
+                    wait_slot += env.now - since
+                else:
+                    wait_data += env.now - since
             start = env.now
             if instr.acquire:
                 buffer, nbytes = instr.acquire
@@ -145,6 +152,9 @@ class World:
             hit_bytes = hbm_bytes = bandwidth_wait = 0
             if instr.src is None:
                 yield env.timeout(instr.cycles)
+            elif instr.region is None:      # on-chip move: start latency, then the engine's rate
+                latency, rate = self.routes[(instr.src, instr.dst)]
+                yield env.timeout(latency + math.ceil(instr.nbytes / rate))
             else:
                 hit_bytes, hbm_bytes, ideal = yield from self._transfer(instr)
                 bandwidth_wait = env.now - start - ideal
@@ -153,13 +163,15 @@ class World:
             for buffer, nbytes in instr.release:
                 occupancy[buffer] -= nbytes
             self.records.append(Record(
-                kernel, core_index, pipe, instr.label, start, env.now, waited["data"],
-                waited["buffer_slot"], bandwidth_wait, instr.src, instr.dst, instr.nbytes,
+                kernel, core_index, pipe, instr.label, start, env.now, wait_data,
+                wait_slot, bandwidth_wait, instr.src, instr.dst, instr.nbytes,
                 instr.reads, instr.writes, hit_bytes, hbm_bytes,
-                instr.region.tensor if instr.region else None))
+                instr.region.tensor if instr.region else None, instr.acquire,
+                tuple(instr.release)))
 
     def _transfer(self, instr: Instr):
-        """Latency, then the bytes over each shared memory they cross at the shared rate.
+        """A transfer to or from global memory: latency, then its bytes over each shared
+        memory they cross, at the shared rate.
 
         A global-memory read looks up L2: hits cross the L2 port (after any
         other core's fetch of the same cells has landed), misses are fetched
@@ -176,23 +188,17 @@ class World:
             hit_bytes, hbm_bytes, in_flight = self.l2.read(instr.region, fill)
             latency += self.l2_latency + (self.hbm_latency if hbm_bytes else 0)
             legs = (("HBM", hbm_bytes, rate), ("L2", hit_bytes, self.routes[("L2", dst)][1]))
-        elif dst == "HBM":
+        else:
             self.l2.write(instr.region)
             hbm_bytes = instr.nbytes
             latency += self.l2_latency + self.hbm_latency
             legs = (("HBM", hbm_bytes, rate),)
-        else:
-            legs = ((None, instr.nbytes, rate),)
         ideal = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in legs)
         yield self.env.timeout(latency)
         for channel, nbytes, cap in legs:
             if channel == "L2" and in_flight:
                 yield self.env.all_of(in_flight)
-            if not nbytes:
-                continue
-            if channel is None:
-                yield self.env.timeout(math.ceil(nbytes / cap))
-            else:
+            if nbytes:
                 yield self.channels[channel].transfer(nbytes, cap)
             if channel == "HBM" and fill is not None:
                 fill.succeed()      # the fetched cells have landed in L2

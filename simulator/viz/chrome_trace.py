@@ -1,0 +1,84 @@
+"""Report → Chrome trace event JSON (opens in Perfetto and chrome://tracing).
+
+One process per core (plus one for the chip), one thread (track) per pipe,
+one complete slice ("X") per executed instruction with its bytes and stalls
+in args; counter tracks ("C") for each core's buffer occupancy and for the
+chip's HBM bandwidth in use. Timestamps are microseconds of simulated time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+from ..schedule.program import PIPES
+
+HBM_BIN_CYCLES = 1000   # HBM bandwidth counter resolution
+
+
+def chrome_trace_events(report) -> list[dict]:
+    if report.trace is None:
+        raise ValueError("this report carries no trace (it was loaded from JSON)")
+    d = report.data
+    us_per_cycle = 1e-3 / d["clock_ghz"]
+    events: list[dict] = [{"ph": "M", "pid": 0, "name": "process_name",
+                           "args": {"name": f"{d['hardware']} chip"}}]
+    cores = sorted({r.core for r in report.trace.records})
+    for core in cores:
+        events.append({"ph": "M", "pid": core + 1, "name": "process_name",
+                       "args": {"name": f"core {core}"}})
+        events.append({"ph": "M", "pid": core + 1, "name": "process_sort_index",
+                       "args": {"sort_index": core + 1}})
+        for tid, pipe in enumerate(PIPES):
+            events.append({"ph": "M", "pid": core + 1, "tid": tid, "name": "thread_name",
+                           "args": {"name": pipe}})
+    kernel_names = [k["name"] for k in d["kernels"]]
+    tid_of = {pipe: tid for tid, pipe in enumerate(PIPES)}
+    occupancy: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
+    hbm_bins: dict[int, float] = defaultdict(float)
+    for r in report.trace.records:
+        args = {"kernel": kernel_names[r.kernel], "bytes": r.nbytes}
+        if r.wait_data_cycles or r.wait_slot_cycles or r.wait_bandwidth_cycles:
+            args.update(wait_data_cycles=r.wait_data_cycles, wait_slot_cycles=r.wait_slot_cycles,
+                        wait_bandwidth_cycles=r.wait_bandwidth_cycles)
+        if r.hbm_bytes or r.l2_hit_bytes:
+            args.update(hbm_bytes=r.hbm_bytes, l2_hit_bytes=r.l2_hit_bytes)
+        events.append({"ph": "X", "pid": r.core + 1, "tid": tid_of[r.pipe], "name": r.label,
+                       "cat": r.pipe, "ts": r.start_cycle * us_per_cycle,
+                       "dur": (r.end_cycle - r.start_cycle) * us_per_cycle, "args": args})
+        if r.acquire:
+            occupancy[(r.core, r.acquire[0])].append((r.start_cycle, r.acquire[1]))
+        for buffer, nbytes in r.release:
+            occupancy[(r.core, buffer)].append((r.end_cycle, -nbytes))
+        if r.hbm_bytes:
+            _spread(hbm_bins, r.start_cycle, r.end_cycle, r.hbm_bytes)
+    for (core, buffer), changes in sorted(occupancy.items()):
+        level = 0
+        for cycle, delta in sorted(changes):
+            level += delta
+            events.append({"ph": "C", "pid": core + 1, "name": f"{buffer} occupancy (B)",
+                           "ts": cycle * us_per_cycle, "args": {"bytes": level}})
+    bytes_per_cycle_to_gbps = d["clock_ghz"]
+    for index in range(max(hbm_bins, default=-1) + 2):
+        rate = hbm_bins.get(index, 0.0) / HBM_BIN_CYCLES * bytes_per_cycle_to_gbps
+        events.append({"ph": "C", "pid": 0, "name": "HBM bandwidth (GB/s)",
+                       "ts": index * HBM_BIN_CYCLES * us_per_cycle, "args": {"GB/s": rate}})
+    return events
+
+
+def _spread(bins: dict[int, float], start: int, end: int, nbytes: int) -> None:
+    """Spread a transfer's bytes evenly over the bins its duration covers."""
+    duration = max(1, end - start)
+    first, last = start // HBM_BIN_CYCLES, (max(start, end - 1)) // HBM_BIN_CYCLES
+    for index in range(first, last + 1):
+        lo, hi = max(start, index * HBM_BIN_CYCLES), min(end, (index + 1) * HBM_BIN_CYCLES)
+        bins[index] += nbytes * max(hi - lo, 0 if end > start else 1) / duration
+
+
+def write_chrome_trace(report, path: str | Path) -> None:
+    trace = {"traceEvents": chrome_trace_events(report), "displayTimeUnit": "ns",
+             "otherData": {"workload": report.data["workload"],
+                           "hardware": report.data["hardware"],
+                           "time_unit": "microseconds of simulated time"}}
+    Path(path).write_text(json.dumps(trace, separators=(",", ":")), encoding="utf-8")

@@ -1,0 +1,267 @@
+"""Plots drawn from Reports (never from the engine): roofline, timeline, traffic,
+utilization and stalls, and sweep results. Each returns a matplotlib Figure and
+saves it as PNG when given a path."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from matplotlib.patches import Patch
+
+from ..schedule.program import PIPES
+
+PIPE_COLORS = {"MTE2": "#4C72B0", "MTE1": "#55A868", "CUBE": "#C44E52", "FIXPIPE": "#8172B2",
+               "VECTOR": "#CCB974", "MTE3": "#64B5CD"}
+STALL_COLORS = {"data": "#F2B880", "buffer_slot": "#E07A5F", "shared_bandwidth": "#9E9E9E"}
+STALL_LABELS = {"data": "waiting for data", "buffer_slot": "waiting for a free slot",
+                "shared_bandwidth": "waiting for shared bandwidth"}
+
+
+def _data(report) -> dict:
+    return report.to_dict() if hasattr(report, "to_dict") else report
+
+
+def _finish(fig, path):
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(Path(path), dpi=110)
+        plt.close(fig)
+    return fig
+
+
+def plot_roofline(reports, path=None, labels=None):
+    """Achieved TFLOPS against arithmetic intensity (FLOPs per HBM byte), one point per kernel
+    and one star per report, under the chip's roofline with the ridge point marked."""
+    reports = [_data(r) for r in (reports if isinstance(reports, (list, tuple)) else [reports])]
+    labels = labels or [r["workload"] for r in reports]
+    first = reports[0]
+    peak, bw = first["peak_tflops"], first["hbm_bandwidth_tbps"]
+    ridge = peak / bw                                  # FLOPs per byte where the roofs meet
+    fig, ax = plt.subplots(figsize=(7.5, 5))
+    points = [(max(r["flops"], 1) / max(1, r["traffic"]["HBM"]["read_bytes"]
+                                        + r["traffic"]["HBM"]["write_bytes"]),
+               max(r["achieved_tflops"], 1e-6)) for r in reports]
+    kernel_points = []
+    for r in reports:
+        us = 1e-3 / r["clock_ghz"]
+        for k in r["kernels"]:
+            t = k["traffic"]["HBM"]
+            moved = t["read_bytes"] + t["write_bytes"]
+            if k["flops"] and moved and k["cycles"]:
+                kernel_points.append((k["flops"] / moved, k["flops"] / (k["cycles"] * us) / 1e6,
+                                      k["name"]))
+    xs = [p[0] for p in points + kernel_points] + [ridge]
+    lo, hi = min(xs) / 4, max(xs) * 4
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    ax.plot(grid, [min(peak, bw * x) for x in grid], color="black", lw=2, label="roofline")
+    ax.axvline(ridge, color="grey", ls="--", lw=1)
+    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, peak), textcoords="offset points",
+                xytext=(5, -15), fontsize=8, color="grey")
+    for x, y, name in kernel_points:
+        ax.scatter(x, y, s=25, color="#4C72B0", alpha=0.7, zorder=3)
+        if len(kernel_points) <= 12:
+            ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    for (x, y), label in zip(points, labels):
+        ax.scatter(x, y, s=120, marker="*", color="#C44E52", zorder=4, label=label)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per HBM byte)")
+    ax.set_ylabel("achieved TFLOPS")
+    ax.set_title(f"Roofline of {first['hardware']}: {peak:.0f} TFLOPS, {bw:.2f} TB/s HBM")
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(True, which="both", alpha=0.2)
+    return _finish(fig, path)
+
+
+def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
+    """One row per pipe of each chosen core: busy slices in the pipe's colour, the wait before
+    each instruction shaded by its cause."""
+    if report.trace is None:
+        raise ValueError("this report carries no trace (it was loaded from JSON)")
+    d = report.data
+    us = 1e-3 / d["clock_ghz"]
+    start, end = window_cycles or (0, d["cycles"])
+    rows = [(core, pipe) for core in cores for pipe in PIPES]
+    busy = {row: [] for row in rows}
+    waits = {(row, cause): [] for row in rows for cause in STALL_COLORS}
+    for r in report.trace.records:
+        row = (r.core, r.pipe)
+        if row not in busy or r.end_cycle < start or r.start_cycle > end:
+            continue
+        busy[row].append((r.start_cycle * us, (r.end_cycle - r.start_cycle) * us))
+        t = r.start_cycle
+        for cause, cycles in (("buffer_slot", r.wait_slot_cycles), ("data", r.wait_data_cycles)):
+            if cycles:
+                waits[(row, cause)].append(((t - cycles) * us, cycles * us))
+                t -= cycles
+        if r.wait_bandwidth_cycles:
+            waits[(row, "shared_bandwidth")].append(
+                ((r.end_cycle - r.wait_bandwidth_cycles) * us, r.wait_bandwidth_cycles * us))
+    fig, ax = plt.subplots(figsize=(11, 0.32 * len(rows) + 1.6))
+    for y, row in enumerate(rows):
+        for cause, color in STALL_COLORS.items():
+            if waits[(row, cause)]:
+                ax.broken_barh(waits[(row, cause)], (y - 0.4, 0.8), color=color, alpha=0.6)
+        if busy[row]:
+            ax.broken_barh(busy[row], (y - 0.3, 0.6), color=PIPE_COLORS[row[1]])
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"core {c} {p}" for c, p in rows], fontsize=7)
+    ax.invert_yaxis()
+    ax.set_xlim(start * us, end * us)
+    ax.set_xlabel("time (µs)")
+    ax.set_title(f"{d['workload']}: timeline of cores {', '.join(map(str, cores))}")
+    ax.legend(handles=[Patch(color=c, alpha=0.6, label=STALL_LABELS[k])
+                       for k, c in STALL_COLORS.items()], fontsize=7, loc="upper center",
+              bbox_to_anchor=(0.5, -0.12), ncol=3)
+    return _finish(fig, path)
+
+
+def plot_traffic(reports: dict, path=None):
+    """Bytes read and written per memory level, one bar group per level, one bar per report
+    (e.g. {"unfused": r1, "fused": r2})."""
+    reports = {label: _data(r) for label, r in reports.items()}
+    levels = list(next(iter(reports.values()))["traffic"])
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / len(reports)
+    for i, (label, r) in enumerate(reports.items()):
+        xs = [j + i * width for j in range(len(levels))]
+        reads = [r["traffic"][lv]["read_bytes"] / 1e6 for lv in levels]
+        writes = [r["traffic"][lv]["write_bytes"] / 1e6 for lv in levels]
+        ax.bar(xs, reads, width, label=f"{label}: read")
+        ax.bar(xs, writes, width, bottom=reads, label=f"{label}: write", alpha=0.55)
+    ax.set_xticks([j + width * (len(reports) - 1) / 2 for j in range(len(levels))])
+    ax.set_xticklabels(levels)
+    ax.set_yscale("symlog", linthresh=1)
+    ax.set_ylabel("MB")
+    ax.set_title("Traffic per memory level")
+    ax.legend(fontsize=7)
+    return _finish(fig, path)
+
+
+def plot_utilization(report, path=None):
+    """Busy fraction of every unit, engine and memory; stall share of every pipe by cause."""
+    d = _data(report)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
+    names = list(d["utilization"])
+    left.barh(names, [d["utilization"][n] * 100 for n in names], color="#4C72B0")
+    left.set_xlim(0, 100)
+    left.set_xlabel("busy (% of time)")
+    left.invert_yaxis()
+    left.set_title("Utilization")
+    core_cycles = d["cycles"] * d["cores"]
+    pipes = list(d["stalls"])
+    offset = [0.0] * len(pipes)
+    for cause, color in STALL_COLORS.items():
+        shares = [d["stalls"][p][cause] / core_cycles * 100 for p in pipes]
+        right.barh(pipes, shares, left=offset, color=color, label=STALL_LABELS[cause])
+        offset = [o + s for o, s in zip(offset, shares)]
+    right.invert_yaxis()
+    right.set_xlabel("stalled (% of core-cycles)")
+    right.set_title("Stalls by cause")
+    right.legend(fontsize=7)
+    fig.suptitle(d["workload"])
+    return _finish(fig, path)
+
+
+BOUND_COLORS = {"memory": "#4C72B0", "compute": "#C44E52", "latency": "#9E9E9E"}
+
+
+def plot_sweep(rows: list[dict], fields: list[str], metric: str = "time_us", path=None):
+    """One field: `metric` against it, and every point on the chip's roofline (so the move
+    from memory- to compute-bound shows). Two fields: a heatmap of `metric` (× = illegal)."""
+    good = [r for r in rows if not r.get("error")]
+    if len(fields) == 1:
+        field = fields[0]
+        fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
+        good.sort(key=lambda r: _order(r[field]))
+        xs = [r[field] for r in good]
+        left.plot(range(len(xs)) if not _numeric(xs) else xs, [r[metric] for r in good],
+                  color="black", lw=1, zorder=1)
+        for i, r in enumerate(good):
+            left.scatter(r[field] if _numeric(xs) else i, r[metric], zorder=2,
+                         color=BOUND_COLORS.get(r["bound"], "black"))
+        if _numeric(xs) and min(xs) > 0 and max(xs) / min(xs) >= 16:
+            left.set_xscale("log", base=2)
+        if not _numeric(xs):
+            left.set_xticks(range(len(xs)))
+            left.set_xticklabels([str(x) for x in xs], rotation=45)
+        left.set_xlabel(field)
+        left.set_ylabel(metric)
+        left.grid(True, alpha=0.3)
+        left.legend(handles=[Patch(color=c, label=f"{b}-bound") for b, c in BOUND_COLORS.items()],
+                    fontsize=7)
+        illegal = [r for r in rows if r.get("error")]
+        if illegal:
+            left.set_title(f"{len(illegal)} illegal point(s) not shown", fontsize=8)
+        _sweep_roofline(right, good, field)
+    else:
+        fx, fy = fields[:2]
+        fig, ax = plt.subplots(figsize=(7.5, 5.2))
+        xs = sorted({r[fx] for r in rows}, key=_order)
+        ys = sorted({r[fy] for r in rows}, key=_order)
+        grid = [[float("nan")] * len(xs) for _ in ys]
+        for r in good:
+            grid[ys.index(r[fy])][xs.index(r[fx])] = r[metric]
+        image = ax.imshow(grid, origin="lower", aspect="auto", cmap="viridis_r")
+        fig.colorbar(image, ax=ax, label=metric)
+        ax.set_xticks(range(len(xs)))
+        ax.set_xticklabels([str(x) for x in xs], rotation=45)
+        ax.set_yticks(range(len(ys)))
+        ax.set_yticklabels([str(y) for y in ys])
+        ax.set_xlabel(fx)
+        ax.set_ylabel(fy)
+        for j in range(len(ys)):
+            for i in range(len(xs)):
+                value = grid[j][i]
+                ax.text(i, j, "×" if value != value else f"{value:.3g}", ha="center",
+                        va="center", fontsize=7, color="#C44E52" if value != value else "white")
+        ax.set_title(f"{metric} over {fx} × {fy} (× = illegal)")
+    return _finish(fig, path)
+
+
+def _sweep_roofline(ax, rows: list[dict], field: str) -> None:
+    if not rows:
+        return
+    peak, bw = rows[0]["peak_tflops"], rows[0]["hbm_bandwidth_tbps"]
+    ridge = peak / bw
+    xs = [r["arithmetic_intensity"] for r in rows] + [ridge]
+    lo, hi = min(xs) / 4, max(xs) * 4
+    grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    ax.plot(grid, [min(peak, bw * x) for x in grid], color="black", lw=2)
+    ax.axvline(ridge, color="grey", ls="--", lw=1)
+    ax.annotate(f"ridge = peak / HBM = {ridge:.0f} FLOP/B", (ridge, peak),
+                textcoords="offset points", xytext=(-150, 8), fontsize=8, color="grey")
+    for r in rows:
+        ax.scatter(r["arithmetic_intensity"], r["achieved_tflops"], zorder=3,
+                   color=BOUND_COLORS.get(r["bound"], "black"))
+        ax.annotate(str(r[field]), (r["arithmetic_intensity"], r["achieved_tflops"]),
+                    textcoords="offset points", xytext=(4, -10), fontsize=7)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity (FLOPs per HBM byte)")
+    ax.set_ylabel("achieved TFLOPS")
+    ax.set_title(f"each point on the roofline ({field} labelled)")
+    ax.grid(True, which="both", alpha=0.2)
+
+
+def _numeric(values) -> bool:
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _order(value):
+    return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
+
+
+def write_plots(report, directory) -> list[Path]:
+    """`run --plot DIR`: the roofline, timeline, traffic and utilization PNGs."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    paths = [directory / name for name in ("roofline.png", "timeline.png", "traffic.png",
+                                           "utilization.png")]
+    plot_roofline(report, paths[0])
+    cores = sorted({r.core for r in report.trace.records})[:2] if report.trace else (0,)
+    plot_timeline(report, paths[1], cores=tuple(cores))
+    plot_traffic({report.data["workload"]: report}, paths[2])
+    plot_utilization(report, paths[3])
+    return paths
