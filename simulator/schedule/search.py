@@ -1,0 +1,211 @@
+"""The tiling search: enumerate legal tilings, rank them analytically, simulate the best few.
+
+For each matmul kernel: every combination of base m/n/k (fractal multiples),
+step.k, order, buffers and a core split that keeps the cores busy is checked
+against the tiling rules (and, for a fused kernel, against UB); the legal ones
+are ranked by an analytic estimate of the busiest core's time; the top few
+and the default are simulated (each kernel alone, L2 cold), and the fastest
+simulated one wins. The estimate only has to rank, the simulation decides.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass, replace
+
+from ..config.hardware import Hardware
+from ..config.workload import TilingSpec, Workload
+from ..graph.fusion import Kernel, Plan, plan_kernels
+from ..graph.ops import OPS, Operand
+from .epilogue import epilogue_refusal
+from .tiling import (
+    MatmulShape,
+    Tiling,
+    TilingError,
+    _hbm_estimate,
+    check_tiling,
+    gemm_shape,
+    resolve_tiling,
+    round_up,
+    single_core_extent,
+)
+
+BASE_M = (16, 32, 64, 128, 256)
+BASE_N = (16, 32, 64, 128, 256, 512)
+BASE_K = (16, 32, 64, 128, 256)
+STEP_K = (1, 2, 4, 8, 16, 32)
+
+
+@dataclass(frozen=True)
+class KernelTuning:
+    kernel: str
+    tiling_op: str
+    default: Tiling
+    default_cycles: int
+    best: Tiling
+    best_cycles: int
+    roofline_cycles: float
+    legal: int                  # legal tilings enumerated
+    simulated: int              # of which simulated
+
+
+def spec_of(tiling: Tiling, path: str = "") -> TilingSpec:
+    return TilingSpec(**asdict(tiling), path=path)
+
+
+def legal_tilings(kernel: Kernel, workload: Workload) -> list[Tiling]:
+    hw = workload.hardware
+    shape = gemm_shape(list(kernel.gemms), workload.tensors)
+    fm, fn, fk = hw.cube.fractal[shape.dtype]
+    tilings = []
+    for split in _splits(shape, hw, fm, fn):
+        core_m = single_core_extent(shape.m, split[1], fm)
+        core_n = single_core_extent(shape.n, split[2], fn)
+        for bm, bn, bk in itertools.product(BASE_M, BASE_N, BASE_K):
+            if (bm > round_up(core_m, fm) or bn > round_up(core_n, fn)
+                    or bk > round_up(shape.k, fk)):
+                continue
+            for step, order, buffers in itertools.product(STEP_K, ("n", "m"), (2, 1)):
+                if step > 1 and step * bk > round_up(shape.k, fk):
+                    continue
+                t = Tiling(bm, bn, bk, step, order, buffers, *split)
+                if not check_tiling(shape, t, hw, "", kernel.name):
+                    tilings.append(t)
+    if kernel.epilogue:
+        tilings = [t for t in tilings if _epilogue_fits(kernel, workload, t)]
+    return tilings
+
+
+def _splits(shape: MatmulShape, hw: Hardware, fm: int, fn: int) -> list[tuple[int, int, int]]:
+    """Core splits whose busiest core has at most 15% more work than the best split's."""
+    options = []
+    for sb in range(1, min(shape.batch, hw.cores) + 1):
+        for sm in range(1, hw.cores // sb + 1):
+            sn = hw.cores // (sb * sm)
+            core_m = single_core_extent(shape.m, sm, fm)
+            core_n = single_core_extent(shape.n, sn, fn)
+            if core_m > round_up(shape.m, fm) or core_n > round_up(shape.n, fn):
+                continue
+            options.append((-(-shape.batch // sb) * core_m * core_n, (sb, sm, sn)))
+    least = min(work for work, _ in options)
+    return sorted({split for work, split in options if work <= 1.15 * least})
+
+
+def _epilogue_fits(kernel: Kernel, workload: Workload, t: Tiling) -> bool:
+    trial = replace(workload, tiling={**workload.tiling, kernel.tiling_op: spec_of(t)})
+    return epilogue_refusal(trial, list(kernel.ops)) is None
+
+
+def estimate_cycles(kernel: Kernel, workload: Workload, t: Tiling) -> float:
+    """The busiest core's time, from the same rates the engine uses, with no simulation."""
+    hw = workload.hardware
+    shape = gemm_shape(list(kernel.gemms), workload.tensors)
+    fm, fn, fk = hw.cube.fractal[shape.dtype]
+    g = shape.gemms
+    core_m = min(shape.m, single_core_extent(shape.m, t.split_m, fm))
+    core_n = min(shape.n, single_core_extent(shape.n, t.split_n, fn))
+    batch = -(-shape.batch // t.split_b)
+    m_blocks, n_blocks = -(-core_m // t.base_m), -(-core_n // t.base_n)
+    k_blocks = -(-shape.k // t.base_k)
+    blocks = batch * m_blocks * n_blocks
+    rows = min(t.base_m, shape.m)
+    cube = blocks * k_blocks * g * (hw.cube.latency_cycles + math.ceil(rows / fm)
+                                    * math.ceil(t.base_n / fn) * math.ceil(t.base_k / fk))
+    mte1_latency, rate_a = _route(hw, "L1", "L0A")
+    _, rate_b = _route(hw, "L1", "L0B")
+    mte1 = blocks * k_blocks * (mte1_latency + round_up(rows, fm) * t.base_k * shape.a_bytes
+                                / rate_a + g * (mte1_latency + t.base_k * t.base_n
+                                                * shape.b_bytes / rate_b))
+    chunk = min(shape.k, t.base_k * t.step_k)
+    chunks = -(-shape.k // chunk)
+    a_loads = batch * m_blocks if chunks == 1 and t.order == "n" else blocks * chunks
+    b_loads = batch * n_blocks if chunks == 1 and t.order == "m" else blocks * chunks
+    mte2_bytes = a_loads * rows * chunk * shape.a_bytes + g * b_loads * chunk * t.base_n \
+        * shape.b_bytes
+    mte2_latency, mte2_rate = _route(hw, "HBM", "L1")
+    used = t.split_b * t.split_m * t.split_n
+    share = hw.memories["L2"].sustained_bytes_per_cycle / used
+    mte2 = (a_loads + g * b_loads) * (mte2_latency + hw.memories["L2"].latency_cycles) \
+        + mte2_bytes / min(mte2_rate, share)
+    hbm = _hbm_estimate(shape, hw, core_m, core_n) / hw.memories["HBM"].sustained_bytes_per_cycle
+    vector = 0.0
+    for op in kernel.epilogue:
+        elems = batch * core_m * core_n
+        vector += elems * 2 * hw.vector.cost_factor[OPS[op.op].cost_class] \
+            / hw.vector.bytes_per_cycle
+    stages = (cube, mte1, mte2, vector)
+    per_core = max(stages) if t.buffers == 2 else sum(stages)
+    return max(per_core, hbm)
+
+
+def _route(hw: Hardware, src: str, dst: str) -> tuple[int, float]:
+    engine, rate = hw.route(src, dst)
+    return engine.latency_cycles, rate
+
+
+def simulate_kernel(args: tuple[Workload, Kernel, Tiling]) -> int:
+    """Cycles of one kernel run alone (cold L2) with the given tiling."""
+    from ..engine.world import simulate_program
+    from .lower import lower
+
+    workload, kernel, tiling = args
+    trial = replace(workload, tiling={**workload.tiling, kernel.tiling_op: spec_of(tiling)})
+    program = lower(trial, Plan((kernel,), {}))
+    return simulate_program(program, workload.hardware).cycles
+
+
+def tune_kernel(kernel: Kernel, workload: Workload, top: int = 4, pool=None) -> KernelTuning:
+    hw = workload.hardware
+    shape = gemm_shape(list(kernel.gemms), workload.tensors)
+    default = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
+    legal = legal_tilings(kernel, workload)
+    ranked = sorted(legal, key=lambda t: (estimate_cycles(kernel, workload, t), _key(t)))
+    trials = [default] + [t for t in ranked[:top] if t != default]
+    jobs = [(workload, kernel, t) for t in trials]
+    cycles = list(pool.map(simulate_kernel, jobs)) if pool else list(map(simulate_kernel, jobs))
+    best_cycles, best = min(zip(cycles, trials), key=lambda pair: (pair[0], _key(pair[1])))
+    return KernelTuning(kernel.name, kernel.tiling_op, default, cycles[0], best, best_cycles,
+                        kernel_bound_cycles(kernel, workload), len(legal), len(trials))
+
+
+def kernel_bound_cycles(kernel: Kernel, workload: Workload) -> float:
+    """The kernel's roofline: its Cube or vector work at peak, or its inputs and output at
+    peak HBM bandwidth, whichever is longer (launch overhead not included)."""
+    hw, tensors = workload.hardware, workload.tensors
+    operands = {op.name: [Operand(n, tensors[n].shape, tensors[n].dtype) for n in op.inputs]
+                for op in kernel.ops}
+    cube = sum(OPS[op.op].flops(operands[op.name], op.attrs) for op in kernel.gemms) \
+        / hw.peak_flops_per_cycle(tensors[kernel.gemms[0].inputs[0]].dtype)
+    vector = sum(OPS[op.op].vector_work_bytes(operands[op.name], op.attrs)
+                 * hw.vector.cost_factor[OPS[op.op].cost_class] for op in kernel.epilogue) \
+        / (hw.vector.bytes_per_cycle * hw.cores)
+    produced = {op.output for op in kernel.ops}
+    inputs = {n for op in kernel.ops for n in op.inputs} - produced
+    moved = sum(tensors[n].nbytes for n in inputs) + tensors[kernel.output].nbytes
+    return max(cube, vector, moved / hw.memories["HBM"].peak_bytes_per_cycle)
+
+
+def _key(t: Tiling) -> tuple:
+    return tuple(asdict(t).values())
+
+
+def tune(workload: Workload, top: int = 4, workers: int = 1) -> list[KernelTuning]:
+    """Tune every matmul kernel of the workload's fusion plan."""
+    kernels = [k for k in plan_kernels(workload).kernels if k.gemms]
+    if workers > 1:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            return [tune_kernel(k, workload, top, pool) for k in kernels]
+    return [tune_kernel(k, workload, top) for k in kernels]
+
+
+def tuned_workload(workload: Workload, results: list[KernelTuning]) -> Workload:
+    tiling = dict(workload.tiling)
+    for r in results:
+        tiling[r.tiling_op] = spec_of(r.best, f"schedule.tiling.{r.tiling_op}")
+    return replace(workload, tiling=tiling)
+
+
+__all__ = ["KernelTuning", "legal_tilings", "estimate_cycles", "simulate_kernel", "tune",
+           "tune_kernel", "tuned_workload", "TilingError"]
