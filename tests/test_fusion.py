@@ -203,3 +203,85 @@ def test_int8_halves_weight_bytes_and_runs_the_cube_at_its_int8_rate(tiny):
     latency = tiny.cube.latency_cycles
     # 8 calls of 32x32x64: 2 x 2 x 4 fp16 fractals (k=16), 2 x 2 x 2 int8 fractals (k=32)
     assert cube16 == [latency + 16] * 8 and cube8 == [latency + 8] * 8
+
+
+# Regressions from a review of the fusion pass and the vector chains.
+
+def test_an_op_reading_the_running_value_twice_releases_its_slot_once(tiny):
+    w = workload(tiny, {"a": [64, 64], "b": [64, 64]},
+                 [op("mm", "matmul", ["a", "b"], "c"), op("sq", "mul", ["c", "c"], "d")])
+    program = lower_workload(w)
+    for core in program.kernels[0].cores:
+        instrs = [i for q in core.queues.values() for i in q]
+        acquired = sum(i.acquire[1] for i in instrs if i.acquire and i.acquire[0] == "UB")
+        released = sum(n for i in instrs for b, n in i.release if b == "UB")
+        assert acquired == released
+    simulate(w)
+
+
+def test_a_value_overwritten_in_place_is_not_read_again(tiny):
+    w = workload(tiny, {"x": [32, 64]},
+                 [op("rl", "relu", ["x"], "y"), op("ad", "add", ["y", "x"], "z")])
+    names, reasons = kernels_of(w)
+    assert names == ["rl", "ad"]
+    assert reasons["ad"] == "it reads x again after the kernel overwrote it in place"
+
+
+def test_dual_gemm_needs_the_shared_tensor_as_both_a_operands(tiny):
+    w = workload(tiny, {"x": [64, 64], "wg": [64, 64], "wu": [64, 64]},
+                 [op("gate", "matmul", ["x", "wg"], "g"), op("up", "matmul", ["wu", "x"], "u"),
+                  op("act", "silu", ["g"], "ga"), op("glu", "mul", ["ga", "u"], "h")])
+    names, _ = kernels_of(w)
+    assert "gate+up+act+glu" not in names
+    report = simulate(w).to_dict()
+    assert report["tensors"]["wu"]["hbm_read_bytes"] == w.tensors["wu"].nbytes
+
+
+def test_dual_gemm_waits_for_its_second_weight(tiny):
+    w = workload(tiny, {"x": [32, 64], "wg": [64, 64], "wq": [64, 64]},
+                 [op("gate", "matmul", ["x", "wg"], "g"), op("deq", "relu", ["wq"], "wu"),
+                  op("up", "matmul", ["x", "wu"], "u"), op("act", "silu", ["g"], "ga"),
+                  op("glu", "mul", ["ga", "u"], "h")])
+    names, _ = kernels_of(w)
+    assert names.index("deq") < next(i for i, n in enumerate(names) if "up" in n.split("+"))
+
+
+def test_dual_gemm_epilogue_must_fit_ub(tiny):
+    small = load_hardware_with(tiny, "UB.capacity", "4KiB")
+    names, reasons = kernels_of(workload(small, FFN_TENSORS, FFN))
+    assert "gate+up+act+glu" not in names
+    assert "would not fit" in reasons["up"]
+    simulate(workload(small, FFN_TENSORS, FFN))
+
+
+def load_hardware_with(hw, path, value):
+    from simulator import load_hardware
+    return load_hardware("tiny", [(path, value)])
+
+
+def test_default_tiling_of_a_dual_gemm_is_legal(tiny):
+    w = workload(tiny, {"x": [256, 64], "wg": [64, 96], "wu": [64, 96], "wd": [96, 64]}, FFN)
+    simulate(w)
+
+
+def test_an_explicit_group_in_another_file_order(tiny):
+    ops = [FFN[0], FFN[2], FFN[1], FFN[3], FFN[4]]      # gate, act, up, glu, down
+    names, _ = kernels_of(workload(tiny, FFN_TENSORS, ops, fusion=[["gate", "act", "up", "glu"]]))
+    assert names[0] == "gate+up+act+glu"
+
+
+def test_an_input_behind_a_view_of_an_input_is_available(tiny):
+    w = workload(tiny, {"a": [32, 64], "b": [64, 64], "r": [64, 32]},
+                 [op("flat", "reshape", ["r"], "r2", shape=[32, 64]),
+                  op("mm", "matmul", ["a", "b"], "c"), op("ad", "add", ["c", "r2"], "d")])
+    names, _ = kernels_of(w)
+    assert "mm+ad" in names
+
+
+def test_rowwise_chain_sizes_block_inputs_by_block(tiny):
+    tensors = {"a": [32, 64], "w": [64, 256], "res": [32, 256], "g": [256]}
+    ops = [op("mm", "matmul", ["a", "w"], "c"), op("ad", "add", ["c", "res"], "h"),
+           op("n", "rmsnorm", ["h", "g"], "o")]
+    names, reasons = kernels_of(workload(tiny, tensors, ops, tiling={
+        "mm": {"split": {"m": 2, "n": 1}, "base": {"m": 16, "n": 32}, "buffers": 1}}))
+    assert names == ["mm+ad+n"], reasons

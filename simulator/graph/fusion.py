@@ -117,7 +117,8 @@ class _FusionPass:
         plan = self.run(group_of=group_of)
         for group in groups:
             kernel = next((k for k in plan.kernels if group[0] in {o.name for o in k.ops}), None)
-            got = [o.name for o in kernel.ops] if kernel else []
+            got = sorted((o.name for o in kernel.ops) if kernel else [],
+                         key=lambda n: self.graph.position[n])
             want = sorted(group, key=lambda n: self.graph.position[n])
             if got != want:
                 missing = [n for n in want if n not in got]
@@ -153,6 +154,8 @@ class _FusionPass:
         graph = self.graph
         for second in graph.consumers(first.inputs[0]):
             if (second is first or second.op != first.op or second.name in self.assigned
+                    or second.inputs[0] != first.inputs[0]            # shared A, not B
+                    or not self._available(second.inputs[1])
                     or (allowed is not None and second.name not in allowed)
                     or second.attrs.get("transpose_a") != first.attrs.get("transpose_a")
                     or graph.tensor(second.output).shape != graph.tensor(first.output).shape):
@@ -169,8 +172,20 @@ class _FusionPass:
                         and mul_users[0].op == "mul"
                         and set(mul_users[0].inputs) == {act.output, u}
                         and (allowed is None or {act.name, mul_users[0].name} <= allowed)):
-                    return [second, act, mul_users[0]]
+                    dual = [second, act, mul_users[0]]
+                    refusal = self._epilogue_refusal(mul_users[0], [first, second, act])
+                    if refusal is None:
+                        return dual
+                    self._why(second, f"a dual GEMM with {first.name} would not fit: {refusal}")
         return None
+
+    def _available(self, name: str) -> bool:
+        """Whether a tensor exists when a kernel starts: an input, or made by an earlier
+        kernel (through any views of it)."""
+        producer = self.graph.producer(name)
+        while producer is not None and OPS[producer.op].unit == "view":
+            producer = self.graph.producer(producer.inputs[0])
+        return producer is None or producer.name in self.assigned
 
     def _next(self, tensor: str, ops: list[Op], allowed: set[str] | None) -> Op | None:
         """The op that may join the kernel after `tensor`, or None (recording why not)."""
@@ -194,12 +209,23 @@ class _FusionPass:
             return None
         if user.name in self.assigned:
             return None
-        in_kernel = {op.output for op in ops}
+        # values the chain has already overwritten in place (the seed, earlier results),
+        # except GEMM results no vector op has consumed yet (the u of a dual GEMM)
+        vector_ops = [op for op in ops if OPS[op.op].unit == "vector"]
+        consumed = {n for op in vector_ops for n in op.inputs}
+        seed = [] if len(ops) > len(vector_ops) else [ops[0].inputs[0]]
+        overwritten = ({op.output for op in ops} | set(seed)) - {tensor} - (
+            {op.output for op in ops if OPS[op.op].unit == "cube"} - consumed)
         for name in user.inputs:
-            if name == tensor or name in in_kernel:
+            if name == tensor:
                 continue
-            producer = graph.producer(name)
-            if producer is not None and producer.name not in self.assigned:
+            if name in overwritten:
+                self._why(user, f"it reads {name} again after the kernel overwrote it in place")
+                return None
+            if name in {op.output for op in ops}:
+                continue
+            if not self._available(name):
+                producer = graph.producer(name)
                 self._why(user, f"its other input {name} is produced by {producer.name}, which "
                                 "runs after this kernel would start")
                 return None
@@ -221,4 +247,4 @@ class _FusionPass:
         return epilogue_refusal(self.workload, ops + [op])
 
     def _why(self, op: Op, reason: str) -> None:
-        self.reasons.setdefault(op.name, reason)
+        self.reasons[op.name] = reason      # the latest attempt is the one that decided

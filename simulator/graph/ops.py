@@ -38,6 +38,12 @@ def _bool(value: Any) -> bool:
     return value
 
 
+def _int_dtype(value: Any) -> str:
+    if value != "int8":
+        raise ValueError(f"{value!r}: quantize produces int8")
+    return value
+
+
 def _dtype(value: Any) -> str:
     if value not in DTYPE_BYTES:
         raise ValueError(f"{value!r} is not a dtype (dtypes: {', '.join(DTYPE_BYTES)})")
@@ -249,7 +255,7 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
     # mean of squares, rsqrt, normalise, scale
     OpSpec("rmsnorm", "vector", (2, 2), "reduction", 4, _norm("rmsnorm"), rowwise=True),
     OpSpec("quantize", "vector", (1, 2), "elementwise", 2, _quantize,
-           attrs={"to": (_dtype, "int8")}),
+           attrs={"to": (_int_dtype, "int8")}),
     OpSpec("dequantize", "vector", (2, 2), "elementwise", 2, _dequantize,
            attrs={"to": (_dtype, "fp16")}),
     OpSpec("cast", "vector", (1, 1), "elementwise", 0, _cast, attrs={"to": (_dtype, None)}),

@@ -46,7 +46,7 @@ def region_bytes(region: Region, tensor: Tensor) -> int:
 
 
 def chain_slots(ops: list[Op], tensors: dict[str, Tensor], seeds: tuple[str, ...],
-                tile_rows: int, tile_cols: int) -> dict[str, int]:
+                tile_rows: int, tile_cols: int, block_cols: int | None = None) -> dict[str, int]:
     """UB bytes of one slot of each ring a chain needs for tiles of tile_rows × tile_cols.
 
     `seeds` are the values that enter UB first (the GEMM results, or the first op's first
@@ -56,10 +56,13 @@ def chain_slots(ops: list[Op], tensors: dict[str, Tensor], seeds: tuple[str, ...
     widest = max(DTYPE_BYTES[tensors[name].dtype] for name in values)
     slots = {f"chain:{name}": round_up(tile_rows * tile_cols * widest, UB_ALIGN_BYTES)
              for name in seeds}
+    before_rowwise = True
     for op in vector_ops:
+        before_rowwise = before_rowwise and not OPS[op.op].rowwise
+        cols = (block_cols or tile_cols) if before_rowwise else tile_cols
         for name in op.inputs:
             if name not in values and f"in:{name}" not in slots:
-                region = broadcast_region(tensors[name], 0, tile_rows, 0, tile_cols)
+                region = broadcast_region(tensors[name], 0, tile_rows, 0, cols)
                 slots[f"in:{name}"] = round_up(region_bytes(region, tensors[name]),
                                                UB_ALIGN_BYTES)
     return slots
@@ -84,6 +87,7 @@ def epilogue_refusal(workload: Workload, ops: list[Op]) -> str | None:
             return None  # the lowering reports the tiling's own problem
         buffers = t.buffers
         rows, cols = min(t.base_m, shape.m), t.base_n   # a block holds at most M rows
+        block_cols = t.base_n
         if rowwise:
             path = f"schedule.tiling.{ops[0].name}"
             if t.split_n != 1:
@@ -97,7 +101,8 @@ def epilogue_refusal(workload: Workload, ops: list[Op]) -> str | None:
             cols = shape.n
     else:
         rows, cols = (1, as_2d(tensors[ops[0].output])[1]) if rowwise else (1, UB_ALIGN_BYTES)
-    slots = chain_slots(ops, tensors, seeds_of(ops), rows, cols)
+        block_cols = cols
+    slots = chain_slots(ops, tensors, seeds_of(ops), rows, cols, block_cols)
     need = sum(slots.values()) * buffers
     if need > hw.buffer_bytes["UB"]:
         what = f"{rows} x {cols} tiles" if gemms else "one row"
@@ -110,7 +115,7 @@ class VectorChain:
     """Emits a chain of vector ops over tiles on one core (see the module docstring)."""
 
     def __init__(self, core: CoreProgram, ops: list[Op], workload: Workload, hw: Hardware,
-                 buffers: int, tile_rows: int, tile_cols: int):
+                 buffers: int, tile_rows: int, tile_cols: int, block_cols: int | None = None):
         self.core = core
         self.tensors = workload.tensors
         self.hw = hw
@@ -120,7 +125,7 @@ class VectorChain:
         self.seeds = seeds_of(ops)
         self.rings = {name: SlotRing(core, "UB", nbytes, buffers) for name, nbytes in
                       chain_slots(ops, workload.tensors, self.seeds, tile_rows,
-                                  tile_cols).items()}
+                                  tile_cols, block_cols).items()}
         self.final = self.ops[-1].output
 
     def begin_tile(self, r0: int, r1: int, c0: int, c1: int) -> None:
@@ -178,7 +183,7 @@ class VectorChain:
                       cycles=self.hw.vector.latency_cycles + math.ceil(
                           elems * widest * factor / self.hw.vector.bytes_per_cycle))
         reads = []
-        chain_inputs = [n for n in op.inputs if n in self.slot_of]
+        chain_inputs = list(dict.fromkeys(n for n in op.inputs if n in self.slot_of))
         for name in op.inputs:
             if name in self.slot_of:
                 instr.waits.extend(self.pending.pop(name, []))
@@ -193,8 +198,9 @@ class VectorChain:
             reads.append(("UB", load.nbytes))
         target = self.slot_of[chain_inputs[0]]
         for name in chain_inputs[1:]:
-            ring, slot = self.slot_of.pop(name)
-            ring.last_use(instr, slot)       # a second running value (dual GEMM) is done
+            if self.slot_of[name] is not target:
+                ring, slot = self.slot_of.pop(name)
+                ring.last_use(instr, slot)   # a second running value (dual GEMM) is done
         self.slot_of[op.output] = target
         instr.reads = tuple(reads)
         instr.writes = (("UB", instr.nbytes),)

@@ -112,7 +112,7 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
     if kernel.epilogue:
         cols = shape.n if kernel.rowwise else t.base_n
         plan["UB"] = sum(chain_slots(list(kernel.ops), tensors, seeds_of(list(kernel.ops)),
-                                     min(t.base_m, shape.m), cols).values()) * t.buffers
+                                     min(t.base_m, shape.m), cols, t.base_n).values()) * t.buffers
     return KernelProgram(
         kernel.name, tuple(op.name for op in kernel.ops), kernel.fused, "cube", shape.dtype,
         _flops(kernel.ops, tensors), cores, t.to_dict(), sum(tensors[n].nbytes for n in ins),
@@ -152,7 +152,7 @@ class _MatmulCore:
         if self.kernel.epilogue:
             cols = shape.n if self.kernel.rowwise else t.base_n
             self.chain = VectorChain(core, list(self.kernel.ops), self.workload, self.hw,
-                                     t.buffers, min(t.base_m, shape.m), cols)
+                                     t.buffers, min(t.base_m, shape.m), cols, t.base_n)
         (m0, m1), (n0, n1) = m_range, n_range
         blocks = [(b, bm, bn) for b in batches for bm in range(m0, m1, t.base_m)
                   for bn in range(n0, n1, t.base_n)]

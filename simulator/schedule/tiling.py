@@ -159,9 +159,13 @@ def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING
     core_n = single_core_extent(shape.n, split_n, fn)
     base_m = fixed.base_m or min(core_m, 128)
     base_n = fixed.base_n or min(core_n, 256)
-    while (g * base_m * base_n * ACCUMULATOR_BYTES * buffers > hw.buffer_bytes["L0C"]
-           and base_n > fn):
-        base_n = round_up(base_n // 2, fn)
+    while g * base_m * base_n * ACCUMULATOR_BYTES * buffers > hw.buffer_bytes["L0C"]:
+        if base_n > fn:
+            base_n = round_up(base_n // 2, fn)
+        elif base_m > fm and not fixed.base_m:
+            base_m = round_up(base_m // 2, fm)
+        else:
+            break
     if fixed.base_k:
         base_k = fixed.base_k
     else:
