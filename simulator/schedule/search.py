@@ -24,7 +24,6 @@ from .tiling import (
     MatmulShape,
     Tiling,
     TilingError,
-    _hbm_estimate,
     check_tiling,
     gemm_shape,
     resolve_tiling,
@@ -63,7 +62,10 @@ def legal_tilings(kernel: Kernel, workload: Workload) -> list[Tiling]:
     for split in _splits(shape, hw, fm, fn):
         core_m = single_core_extent(shape.m, split[1], fm)
         core_n = single_core_extent(shape.n, split[2], fn)
-        for bm, bn, bk in itertools.product(BASE_M, BASE_N, BASE_K):
+        # the usual sizes, plus a block covering the core's whole share (what the default uses)
+        bases_m = sorted(set(BASE_M) | {round_up(min(core_m, 128), fm)})
+        bases_n = sorted(set(BASE_N) | {round_up(min(core_n, 256), fn)})
+        for bm, bn, bk in itertools.product(bases_m, bases_n, BASE_K):
             if (bm > round_up(core_m, fm) or bn > round_up(core_n, fn)
                     or bk > round_up(shape.k, fk)):
                 continue
@@ -125,19 +127,42 @@ def estimate_cycles(kernel: Kernel, workload: Workload, t: Tiling) -> float:
     mte2_bytes = a_loads * rows * chunk * shape.a_bytes + g * b_loads * chunk * t.base_n \
         * shape.b_bytes
     mte2_latency, mte2_rate = _route(hw, "HBM", "L1")
+    l2, hbm = hw.memories["L2"], hw.memories["HBM"]
     used = t.split_b * t.split_m * t.split_n
-    share = hw.memories["L2"].sustained_bytes_per_cycle / used
-    mte2 = (a_loads + g * b_loads) * (mte2_latency + hw.memories["L2"].latency_cycles) \
-        + mte2_bytes / min(mte2_rate, share)
-    hbm = _hbm_estimate(shape, hw, core_m, core_n) / hw.memories["HBM"].sustained_bytes_per_cycle
+    out_bytes = shape.batch * shape.m * shape.n * shape.out_bytes
+    hbm_bytes = _hbm_bytes(shape, hw, m_blocks, n_blocks)
+    miss_bytes = min(mte2_bytes, hbm_bytes / used)           # this core's share of the misses
+    transfers = a_loads + g * b_loads
+    miss_transfers = transfers * miss_bytes / mte2_bytes
+    mte2 = (transfers * (mte2_latency + l2.latency_cycles) + miss_transfers * hbm.latency_cycles
+            + (mte2_bytes - miss_bytes) / min(mte2_rate, l2.sustained_bytes_per_cycle / used)
+            + miss_bytes / min(mte2_rate, hbm.sustained_bytes_per_cycle / used))
+    fix_latency, fix_rate = _route(hw, "L0C", "UB" if kernel.epilogue else "HBM")
+    drain = blocks * g * (fix_latency + rows * t.base_n * shape.out_bytes / fix_rate)
     vector = 0.0
     for op in kernel.epilogue:
-        elems = batch * core_m * core_n
-        vector += elems * 2 * hw.vector.cost_factor[OPS[op.op].cost_class] \
+        vector += batch * core_m * core_n * 2 * hw.vector.cost_factor[OPS[op.op].cost_class] \
             / hw.vector.bytes_per_cycle
-    stages = (cube, mte1, mte2, vector)
-    per_core = max(stages) if t.buffers == 2 else sum(stages)
-    return max(per_core, hbm)
+    stages = [mte2, mte1, cube, drain, vector]
+    if t.buffers == 2:       # every stage overlaps the others: the slowest sets the pace
+        steady = max(stages)
+    else:                    # one slot: staging the next chunk waits until MTE1 moved this one
+        steady = max(mte2 + mte1, cube + mte1, drain, vector)
+    # filling and draining the pipeline: one step of every stage that does not set the pace
+    steps = max(1, blocks * chunks)
+    chip = (hbm_bytes + out_bytes) / hbm.sustained_bytes_per_cycle
+    fill = hbm.latency_cycles + (sum(stages) - steady) / steps
+    return max(steady, chip) + fill
+
+
+def _hbm_bytes(shape: MatmulShape, hw: Hardware, m_blocks: int, n_blocks: int) -> float:
+    """Operand bytes from HBM: each core re-reads its A rows per N block and its B columns
+    per M block; a re-read operand that fits half the L2 is read from HBM once."""
+    a_bytes = shape.batch * shape.m * shape.k * shape.a_bytes
+    b_bytes = shape.batch * shape.k * shape.n * shape.b_bytes * shape.gemms
+    half = hw.memories["L2"].capacity_bytes // 2
+    return (a_bytes * (n_blocks if a_bytes > half else 1)
+            + b_bytes * (m_blocks if b_bytes > half else 1))
 
 
 def _route(hw: Hardware, src: str, dst: str) -> tuple[int, float]:
@@ -162,7 +187,14 @@ def tune_kernel(kernel: Kernel, workload: Workload, top: int = 4, pool=None) -> 
     default = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
     legal = legal_tilings(kernel, workload)
     ranked = sorted(legal, key=lambda t: (estimate_cycles(kernel, workload, t), _key(t)))
-    trials = [default] + [t for t in ranked[:top] if t != default]
+    # the best-ranked of each block shape: tilings that differ only in step or order
+    # simulate alike, so spend the simulations on different shapes
+    shapes: dict[tuple, Tiling] = {}
+    for t in ranked:
+        shapes.setdefault((t.base_m, t.base_n, t.buffers, t.split_b, t.split_m, t.split_n), t)
+        if len(shapes) == top:
+            break
+    trials = [default] + [t for t in shapes.values() if t != default]
     jobs = [(workload, kernel, t) for t in trials]
     cycles = list(pool.map(simulate_kernel, jobs)) if pool else list(map(simulate_kernel, jobs))
     best_cycles, best = min(zip(cycles, trials), key=lambda pair: (pair[0], _key(pair[1])))

@@ -1,0 +1,54 @@
+"""The tiling search against simulating every legal tiling: quality and wall time.
+
+    python benchmarks/tune_vs_exhaustive.py [--hardware tiny] [--shapes 64x64x128 ...]
+
+For each GEMM shape: the number of legal tilings, the best simulated cycles found by
+simulating all of them (exhaustive), the tuner's pick, the ratio, and both wall times.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from simulator import load_hardware
+from simulator.config.workload import parse_workload
+from simulator.graph.fusion import plan_kernels
+from simulator.schedule.search import legal_tilings, simulate_kernel, tune_kernel
+
+
+def gemm(hw_name: str, m: int, n: int, k: int):
+    hw = load_hardware(hw_name)
+    raw = {"name": f"gemm-{m}x{n}x{k}", "hardware": hw_name,
+           "tensors": {"a": {"shape": [m, k]}, "b": {"shape": [k, n], "kind": "weight"}},
+           "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}]}
+    return parse_workload(raw, "<benchmark>", hw)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--hardware", default="tiny")
+    parser.add_argument("--shapes", nargs="+", default=["64x64x128", "48x96x64", "16x128x256",
+                                                         "128x128x256"])
+    parser.add_argument("--top", type=int, default=4)
+    args = parser.parse_args()
+    print(f"{'shape':>14} {'legal':>6} {'exhaustive':>11} {'tuned':>8} {'ratio':>6} "
+          f"{'exh. s':>8} {'tune s':>7} {'speedup':>8}")
+    for text in args.shapes:
+        m, n, k = map(int, text.split("x"))
+        w = gemm(args.hardware, m, n, k)
+        kernel = plan_kernels(w).kernels[0]
+        start = time.perf_counter()
+        legal = legal_tilings(kernel, w)
+        best = min(simulate_kernel((w, kernel, t)) for t in legal)
+        exhaustive_s = time.perf_counter() - start
+        start = time.perf_counter()
+        tuned = tune_kernel(kernel, w, top=args.top)
+        tune_s = time.perf_counter() - start
+        print(f"{text:>14} {len(legal):>6} {best:>11,} {tuned.best_cycles:>8,} "
+              f"{tuned.best_cycles / best:>6.3f} {exhaustive_s:>8.2f} {tune_s:>7.2f} "
+              f"{exhaustive_s / tune_s:>7.0f}x")
+
+
+if __name__ == "__main__":
+    main()

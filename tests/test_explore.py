@@ -1,0 +1,118 @@
+"""Exploration tools: sweeps, the tiling search, Chrome traces, plots."""
+
+import csv
+import json
+from dataclasses import replace
+
+import pytest
+
+import simulator as sim
+from simulator.config.workload import parse_workload
+from simulator.graph.fusion import plan_kernels
+from simulator.schedule.search import legal_tilings, simulate_kernel, tune_kernel
+
+from .test_cli import ROOT, run_cli
+
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_sweep_rows_are_in_grid_order_and_identical_across_worker_counts():
+    grid = {"params.tokens": [1, 16], "schedule.fusion": ["none", "auto"]}
+    serial = sim.sweep("workloads/ffn_decode.yaml", grid, workers=1)
+    parallel = sim.sweep("workloads/ffn_decode.yaml", grid, workers=2)
+    assert serial == parallel
+    assert [(r["params.tokens"], r["schedule.fusion"]) for r in serial] == [
+        (1, "none"), (1, "auto"), (16, "none"), (16, "auto")]
+    assert all(r["error"] == "" and r["time_us"] > 0 for r in serial)
+
+
+def test_an_illegal_point_is_a_row_with_its_reason():
+    rows = sim.sweep("workloads/ffn_decode.yaml",
+                     ["schedule.tiling.default.base.k=64,4096"], workers=1)
+    assert rows[0]["error"] == "" and rows[0]["time_us"] > 0
+    assert "does not fit L0A" in rows[1]["error"] and rows[1]["time_us"] is None
+
+
+def test_sweep_cli_writes_csv_and_plot(tmp_path):
+    out, plot = tmp_path / "s.csv", tmp_path / "s.png"
+    result = run_cli("sweep", "workloads/ffn_decode.yaml", "--grid", "params.tokens=1,8",
+                     "--grid", "schedule.fusion=none,auto", "--csv", str(out), "--plot",
+                     str(plot), "--workers", "2")
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 4 and {"params.tokens", "schedule.fusion", "time_us", "bound",
+                               "error"} <= set(rows[0])
+    assert plot.read_bytes()[:8] == PNG
+
+
+def test_sweep_cli_refuses_bad_grids():
+    result = run_cli("sweep", "workloads/ffn_decode.yaml", "--grid", "params.tokens")
+    assert result.returncode == 2 and "FIELD=V1,V2" in result.stderr
+
+
+def small_gemm(tiny, m=64, n=64, k=128):
+    raw = {"name": "g", "hardware": "tiny", "tensors": {"a": {"shape": [m, k]},
+                                                        "b": {"shape": [k, n]}},
+           "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}]}
+    return parse_workload(raw, "g.yaml", tiny)
+
+
+@pytest.mark.parametrize("shape", [(64, 64, 128), (48, 96, 64), (16, 128, 256)])
+def test_tuner_is_within_5_percent_of_the_exhaustive_best(tiny, shape):
+    w = small_gemm(tiny, *shape)
+    kernel = plan_kernels(w).kernels[0]
+    legal = legal_tilings(kernel, w)
+    assert len(legal) > 20
+    exhaustive = min(simulate_kernel((w, kernel, t)) for t in legal)
+    result = tune_kernel(kernel, w, top=4)
+    assert result.best_cycles <= 1.05 * exhaustive
+    assert result.best_cycles <= result.default_cycles
+    assert result.simulated <= 5
+
+
+def test_tune_cli_writes_a_tuned_workload_that_loads(tmp_path):
+    out = tmp_path / "tuned.yaml"
+    result = run_cli("tune", "workloads/attention_decode.yaml", "--top", "2", "--write", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "roofline" in result.stdout and "tuned" in result.stdout
+    tuned = sim.load_workload(out)
+    assert set(tuned.tiling) >= {"qk", "pv"}
+    again = run_cli("tune", "workloads/attention_decode.yaml", "--write", str(out))
+    assert again.returncode == 2 and "--force" in again.stderr
+
+
+def test_chrome_trace_structure_and_busy_cycles(tmp_path):
+    path = tmp_path / "trace.json"
+    result = run_cli("run", "workloads/matmul_residual_rmsnorm.yaml", "--trace", str(path),
+                     "--json", str(tmp_path / "r.json"))
+    assert result.returncode == 0, result.stderr
+    trace = json.loads(path.read_text())
+    report = json.loads((tmp_path / "r.json").read_text())
+    events = trace["traceEvents"]
+    slices = [e for e in events if e["ph"] == "X"]
+    assert slices and all({"pid", "tid", "ts", "dur", "name", "args"} <= set(e) for e in slices)
+    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
+             if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {name for name in names.values()} >= {"MTE2", "MTE1", "CUBE", "FIXPIPE"}
+    counters = {e["name"] for e in events if e["ph"] == "C"}
+    assert "HBM bandwidth (GB/s)" in counters and any("occupancy" in c for c in counters)
+    cycles_per_us = report["clock_ghz"] * 1e3
+    for pipe, unit in (("CUBE", "cube"), ("MTE2", "MTE2"), ("MTE1", "MTE1")):
+        busy = sum(e["dur"] for e in slices if e["cat"] == pipe) * cycles_per_us
+        expected = report["utilization"][unit] * report["cycles"] * report["cores"]
+        assert busy == pytest.approx(expected, rel=1e-9)
+
+
+def test_run_plot_writes_four_pictures(tmp_path):
+    result = run_cli("run", "workloads/attention_decode.yaml", "--plot", str(tmp_path / "p"))
+    assert result.returncode == 0, result.stderr
+    for name in ("roofline", "timeline", "traffic", "utilization"):
+        assert (tmp_path / "p" / f"{name}.png").read_bytes()[:8] == PNG
+
+
+def test_report_api_for_notebooks(tmp_path):
+    r = sim.simulate(sim.load_workload(ROOT / "workloads/kv_cache_update.yaml"))
+    assert "kv-cache-update" in r._repr_html_()
+    fig = r.plot_timeline(tmp_path / "t.png", cores=(0,))
+    assert fig is not None and (tmp_path / "t.png").exists()
+    assert replace(r, trace=None).to_dict() == r.to_dict()
