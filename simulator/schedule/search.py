@@ -11,25 +11,24 @@ simulated one wins. The estimate only has to rank, the simulation decides.
 from __future__ import annotations
 
 import itertools
-import math
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 
-from ..config.hardware import Hardware
 from ..config.workload import TilingSpec, Workload
 from ..graph.fusion import Kernel, Plan, plan_kernels
 from ..graph.ops import OPS, Operand
 from .epilogue import epilogue_refusal
 from .tiling import (
-    MatmulShape,
     Tiling,
     TilingError,
+    _splits,
     check_tiling,
     gemm_shape,
     resolve_tiling,
     round_up,
     single_core_extent,
 )
+from .tiling import estimate_cycles as tiling_estimate
 
 BASE_M = (16, 32, 64, 128, 256)
 BASE_N = (16, 32, 64, 128, 256, 512)
@@ -80,94 +79,16 @@ def legal_tilings(kernel: Kernel, workload: Workload) -> list[Tiling]:
     return tilings
 
 
-def _splits(shape: MatmulShape, hw: Hardware, fm: int, fn: int) -> list[tuple[int, int, int]]:
-    """Core splits whose busiest core has at most 15% more work than the best split's."""
-    options = []
-    for sb in range(1, min(shape.batch, hw.cores) + 1):
-        for sm in range(1, hw.cores // sb + 1):
-            sn = hw.cores // (sb * sm)
-            core_m = single_core_extent(shape.m, sm, fm)
-            core_n = single_core_extent(shape.n, sn, fn)
-            if core_m > round_up(shape.m, fm) or core_n > round_up(shape.n, fn):
-                continue
-            options.append((-(-shape.batch // sb) * core_m * core_n, (sb, sm, sn)))
-    least = min(work for work, _ in options)
-    return sorted({split for work, split in options if work <= 1.15 * least})
-
-
 def _epilogue_fits(kernel: Kernel, workload: Workload, t: Tiling) -> bool:
     trial = replace(workload, tiling={**workload.tiling, kernel.tiling_op: spec_of(t)})
     return epilogue_refusal(trial, list(kernel.ops)) is None
 
 
 def estimate_cycles(kernel: Kernel, workload: Workload, t: Tiling) -> float:
-    """The busiest core's time, from the same rates the engine uses, with no simulation."""
-    hw = workload.hardware
+    """The analytic estimate of `t` for this kernel (see tiling.estimate_cycles)."""
     shape = gemm_shape(list(kernel.gemms), workload.tensors)
-    fm, fn, fk = hw.cube.fractal[shape.dtype]
-    g = shape.gemms
-    core_m = min(shape.m, single_core_extent(shape.m, t.split_m, fm))
-    core_n = min(shape.n, single_core_extent(shape.n, t.split_n, fn))
-    batch = -(-shape.batch // t.split_b)
-    m_blocks, n_blocks = -(-core_m // t.base_m), -(-core_n // t.base_n)
-    k_blocks = -(-shape.k // t.base_k)
-    blocks = batch * m_blocks * n_blocks
-    rows = min(t.base_m, shape.m)
-    cube = blocks * k_blocks * g * (hw.cube.latency_cycles + math.ceil(rows / fm)
-                                    * math.ceil(t.base_n / fn) * math.ceil(t.base_k / fk))
-    mte1_latency, rate_a = _route(hw, "L1", "L0A")
-    _, rate_b = _route(hw, "L1", "L0B")
-    mte1 = blocks * k_blocks * (mte1_latency + round_up(rows, fm) * t.base_k * shape.a_bytes
-                                / rate_a + g * (mte1_latency + t.base_k * t.base_n
-                                                * shape.b_bytes / rate_b))
-    chunk = min(shape.k, t.base_k * t.step_k)
-    chunks = -(-shape.k // chunk)
-    a_loads = batch * m_blocks if chunks == 1 and t.order == "n" else blocks * chunks
-    b_loads = batch * n_blocks if chunks == 1 and t.order == "m" else blocks * chunks
-    mte2_bytes = a_loads * rows * chunk * shape.a_bytes + g * b_loads * chunk * t.base_n \
-        * shape.b_bytes
-    mte2_latency, mte2_rate = _route(hw, "HBM", "L1")
-    l2, hbm = hw.memories["L2"], hw.memories["HBM"]
-    used = t.split_b * t.split_m * t.split_n
-    out_bytes = shape.batch * shape.m * shape.n * shape.out_bytes
-    hbm_bytes = _hbm_bytes(shape, hw, m_blocks, n_blocks)
-    miss_bytes = min(mte2_bytes, hbm_bytes / used)           # this core's share of the misses
-    transfers = a_loads + g * b_loads
-    miss_transfers = transfers * miss_bytes / mte2_bytes
-    mte2 = (transfers * (mte2_latency + l2.latency_cycles) + miss_transfers * hbm.latency_cycles
-            + (mte2_bytes - miss_bytes) / min(mte2_rate, l2.sustained_bytes_per_cycle / used)
-            + miss_bytes / min(mte2_rate, hbm.sustained_bytes_per_cycle / used))
-    fix_latency, fix_rate = _route(hw, "L0C", "UB" if kernel.epilogue else "HBM")
-    drain = blocks * g * (fix_latency + rows * t.base_n * shape.out_bytes / fix_rate)
-    vector = 0.0
-    for op in kernel.epilogue:
-        vector += batch * core_m * core_n * 2 * hw.vector.cost_factor[OPS[op.op].cost_class] \
-            / hw.vector.bytes_per_cycle
-    stages = [mte2, mte1, cube, drain, vector]
-    if t.buffers == 2:       # every stage overlaps the others: the slowest sets the pace
-        steady = max(stages)
-    else:                    # one slot: staging the next chunk waits until MTE1 moved this one
-        steady = max(mte2 + mte1, cube + mte1, drain, vector)
-    # filling and draining the pipeline: one step of every stage that does not set the pace
-    steps = max(1, blocks * chunks)
-    chip = (hbm_bytes + out_bytes) / hbm.sustained_bytes_per_cycle
-    fill = hbm.latency_cycles + (sum(stages) - steady) / steps
-    return max(steady, chip) + fill
-
-
-def _hbm_bytes(shape: MatmulShape, hw: Hardware, m_blocks: int, n_blocks: int) -> float:
-    """Operand bytes from HBM: each core re-reads its A rows per N block and its B columns
-    per M block; a re-read operand that fits half the L2 is read from HBM once."""
-    a_bytes = shape.batch * shape.m * shape.k * shape.a_bytes
-    b_bytes = shape.batch * shape.k * shape.n * shape.b_bytes * shape.gemms
-    half = hw.memories["L2"].capacity_bytes // 2
-    return (a_bytes * (n_blocks if a_bytes > half else 1)
-            + b_bytes * (m_blocks if b_bytes > half else 1))
-
-
-def _route(hw: Hardware, src: str, dst: str) -> tuple[int, float]:
-    engine, rate = hw.route(src, dst)
-    return engine.latency_cycles, rate
+    classes = tuple(OPS[op.op].cost_class for op in kernel.epilogue)
+    return tiling_estimate(shape, workload.hardware, t, classes)
 
 
 def simulate_kernel(args: tuple[Workload, Kernel, Tiling]) -> int:

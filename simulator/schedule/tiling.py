@@ -146,21 +146,31 @@ NOTHING_FIXED = TilingSpec()
 def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING_FIXED) -> Tiling:
     """A legal tiling derived from the shapes and the buffer sizes, honouring fields already fixed.
 
-    Core split: the (split.m, split.n) whose largest per-core block is smallest,
-    then the one moving the fewest operand bytes. Base: the largest
-    fractal-aligned blocks that double-buffer in L0 (m up to 128, n up to 256,
-    then k as deep as L0A/L0B allow). Step: as many base-k blocks as fit L1.
+    For each core split that keeps the busiest core within 15% of the least work: base
+    blocks as large as double-buffering in L0 allows (m up to 128, n up to 256, then k as
+    deep as L0A/L0B allow) and as many base-k blocks per L1 stage as fit; of those, the one
+    the analytic estimate says is fastest.
     """
+    fm, fn, _ = hw.cube.fractal[shape.dtype]
+    candidates = [_blocks_for(shape, hw, split, fixed) for split in _splits(shape, hw, fm, fn,
+                                                                             fixed)]
+    if not candidates:  # a fixed split the shapes cannot use: keep it, the rules say why
+        split = (fixed.split_b or 1, fixed.split_m or 1, fixed.split_n or hw.cores)
+        return _blocks_for(shape, hw, split, fixed)
+    return min(candidates, key=lambda t: (estimate_cycles(shape, hw, t), -t.split_b, t.split_m))
+
+
+def _blocks_for(shape: MatmulShape, hw: Hardware, split: tuple[int, int, int],
+                fixed: TilingSpec) -> Tiling:
     fm, fn, fk = hw.cube.fractal[shape.dtype]
     buffers = fixed.buffers or 2
     g = shape.gemms
-    split_b, split_m, split_n = _best_split(shape, hw, fm, fn, fixed)
-    core_m = single_core_extent(shape.m, split_m, fm)
-    core_n = single_core_extent(shape.n, split_n, fn)
+    core_m = single_core_extent(shape.m, split[1], fm)
+    core_n = single_core_extent(shape.n, split[2], fn)
     base_m = fixed.base_m or min(core_m, 128)
     base_n = fixed.base_n or min(core_n, 256)
     while g * base_m * base_n * ACCUMULATOR_BYTES * buffers > hw.buffer_bytes["L0C"]:
-        if base_n > fn:
+        if base_n > fn and not fixed.base_n:
             base_n = round_up(base_n // 2, fn)
         elif base_m > fm and not fixed.base_m:
             base_m = round_up(base_m // 2, fm)
@@ -177,14 +187,14 @@ def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING
     else:
         per_step = (base_m * shape.a_bytes + g * base_n * shape.b_bytes) * base_k * buffers
         step_k = max(1, min(hw.buffer_bytes["L1"] // per_step, round_up(shape.k, fk) // base_k))
-    return Tiling(base_m, base_n, base_k, step_k, fixed.order or "n", buffers, split_b,
-                  split_m, split_n)
+    return Tiling(base_m, base_n, base_k, step_k, fixed.order or "n", buffers, *split)
 
 
-def _best_split(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
-                fixed: TilingSpec) -> tuple[int, int, int]:
-    """Fewest output elements on the busiest core, then the fewest HBM bytes."""
-    best = None
+def _splits(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
+            fixed: TilingSpec = NOTHING_FIXED) -> list[tuple[int, int, int]]:
+    """Core splits (honouring fixed fields) whose busiest core has at most 15% more output
+    than the best one's."""
+    options = []
     for split_b in range(1, min(shape.batch, hw.cores) + 1):
         if fixed.split_b and split_b != fixed.split_b:
             continue
@@ -198,26 +208,84 @@ def _best_split(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
             core_n = single_core_extent(shape.n, split_n, fn)
             if core_m > round_up(shape.m, fm) or core_n > round_up(shape.n, fn):
                 continue
-            work = -(-shape.batch // split_b) * core_m * core_n
-            key = (work, _hbm_estimate(shape, hw, core_m, core_n), -split_b, split_m)
-            if best is None or key < best[0]:
-                best = (key, split_b, split_m, split_n)
-    if best is None:  # a fixed split the shapes cannot use: keep it and let the rules say why
-        return fixed.split_b or 1, fixed.split_m or 1, fixed.split_n or hw.cores
-    return best[1], best[2], best[3]
+            options.append((-(-shape.batch // split_b) * core_m * core_n,
+                            (split_b, split_m, split_n)))
+    if not options:
+        return []
+    least = min(work for work, _ in options)
+    return sorted({split for work, split in options if work <= 1.15 * least})
 
 
-def _hbm_estimate(shape: MatmulShape, hw: Hardware, core_m: int, core_n: int) -> int:
-    """Operand bytes from HBM: a core re-reads its A rows for each of its N blocks and its B
-    columns for each of its M blocks; a re-read operand that fits half the L2 (the other half
-    streams the other operand) is read from HBM once."""
-    m_blocks = -(-core_m // min(core_m, 128))
-    n_blocks = -(-core_n // min(core_n, 256 // shape.gemms))
+def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
+                    epilogue: tuple[str, ...] = ()) -> float:
+    """The busiest core's time for a tiling, from the same rates the engine uses, with no
+    simulation: each pipe's total work, overlapped (buffers 2) or partly serialised
+    (buffers 1), plus filling the pipeline; never below the chip's HBM time. `epilogue` lists
+    the vector cost classes of a fused epilogue. It ranks tilings; the simulation decides."""
+    fm, fn, fk = hw.cube.fractal[shape.dtype]
+    g = shape.gemms
+    core_m = min(shape.m, single_core_extent(shape.m, t.split_m, fm))
+    core_n = min(shape.n, single_core_extent(shape.n, t.split_n, fn))
+    batch = -(-shape.batch // t.split_b)
+    m_blocks, n_blocks = -(-core_m // t.base_m), -(-core_n // t.base_n)
+    k_blocks = -(-shape.k // t.base_k)
+    blocks = batch * m_blocks * n_blocks
+    rows = min(t.base_m, shape.m)
+    cube = blocks * k_blocks * g * (hw.cube.latency_cycles + math.ceil(rows / fm)
+                                    * math.ceil(t.base_n / fn) * math.ceil(t.base_k / fk))
+    mte1_latency, rate_a = _route(hw, "L1", "L0A")
+    _, rate_b = _route(hw, "L1", "L0B")
+    mte1 = blocks * k_blocks * (mte1_latency + round_up(rows, fm) * t.base_k * shape.a_bytes
+                                / rate_a + g * (mte1_latency + t.base_k * t.base_n
+                                                * shape.b_bytes / rate_b))
+    chunk = min(shape.k, t.base_k * t.step_k)
+    chunks = -(-shape.k // chunk)
+    a_loads = batch * m_blocks if chunks == 1 and t.order == "n" else blocks * chunks
+    b_loads = batch * n_blocks if chunks == 1 and t.order == "m" else blocks * chunks
+    mte2_bytes = a_loads * rows * chunk * shape.a_bytes + g * b_loads * chunk * t.base_n \
+        * shape.b_bytes
+    mte2_latency, mte2_rate = _route(hw, "HBM", "L1")
+    l2, hbm = hw.memories["L2"], hw.memories["HBM"]
+    used = t.split_b * t.split_m * t.split_n
+    out_bytes = shape.batch * shape.m * shape.n * shape.out_bytes
+    hbm_bytes = _hbm_bytes(shape, hw, m_blocks, n_blocks)
+    miss_bytes = min(mte2_bytes, hbm_bytes / used)           # this core's share of the misses
+    transfers = a_loads + g * b_loads
+    miss_transfers = transfers * miss_bytes / mte2_bytes
+    mte2 = (transfers * (mte2_latency + l2.latency_cycles) + miss_transfers * hbm.latency_cycles
+            + (mte2_bytes - miss_bytes) / min(mte2_rate, l2.sustained_bytes_per_cycle / used)
+            + miss_bytes / min(mte2_rate, hbm.sustained_bytes_per_cycle / used))
+    fix_latency, fix_rate = _route(hw, "L0C", "UB" if epilogue else "HBM")
+    drain = blocks * g * (fix_latency + rows * t.base_n * shape.out_bytes / fix_rate)
+    vector = 0.0
+    for cost_class in epilogue:
+        vector += batch * core_m * core_n * 2 * hw.vector.cost_factor[cost_class] \
+            / hw.vector.bytes_per_cycle
+    stages = [mte2, mte1, cube, drain, vector]
+    if t.buffers == 2:       # every stage overlaps the others: the slowest sets the pace
+        steady = max(stages)
+    else:                    # one slot: staging the next chunk waits until MTE1 moved this one
+        steady = max(mte2 + mte1, cube + mte1, drain, vector)
+    # filling and draining the pipeline: one step of every stage that does not set the pace
+    steps = max(1, blocks * chunks)
+    chip = (hbm_bytes + out_bytes) / hbm.sustained_bytes_per_cycle
+    fill = hbm.latency_cycles + (sum(stages) - steady) / steps
+    return max(steady, chip) + fill
+
+
+def _hbm_bytes(shape: MatmulShape, hw: Hardware, m_blocks: int, n_blocks: int) -> float:
+    """Operand bytes from HBM: each core re-reads its A rows per N block and its B columns
+    per M block; a re-read operand that fits half the L2 is read from HBM once."""
     a_bytes = shape.batch * shape.m * shape.k * shape.a_bytes
     b_bytes = shape.batch * shape.k * shape.n * shape.b_bytes * shape.gemms
-    l2 = hw.memories["L2"].capacity_bytes // 2
-    return (a_bytes * (n_blocks if a_bytes > l2 else 1)
-            + b_bytes * (m_blocks if b_bytes > l2 else 1))
+    half = hw.memories["L2"].capacity_bytes // 2
+    return (a_bytes * (n_blocks if a_bytes > half else 1)
+            + b_bytes * (m_blocks if b_bytes > half else 1))
+
+
+def _route(hw: Hardware, src: str, dst: str) -> tuple[int, float]:
+    engine, rate = hw.route(src, dst)
+    return engine.latency_cycles, rate
 
 
 def cube_cycles(m: int, n: int, k: int, fractal: tuple[int, int, int]) -> int:
