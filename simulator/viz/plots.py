@@ -62,8 +62,10 @@ def plot_roofline(reports, path=None, labels=None):
         ax.scatter(x, y, s=25, color="#4C72B0", alpha=0.7, zorder=3)
         if len(kernel_points) <= 12:
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    for (x, y), label in zip(points, labels):
-        ax.scatter(x, y, s=120, marker="*", color="#C44E52", zorder=4, label=label)
+    star_colors = ("#C44E52", "#DD8452", "#8172B2", "#55A868", "#937860", "#DA8BC3")
+    for index, ((x, y), label) in enumerate(zip(points, labels)):
+        ax.scatter(x, y, s=140, marker="*", color=star_colors[index % len(star_colors)],
+                   zorder=4, label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per HBM byte)")
@@ -113,7 +115,7 @@ def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
     ax.set_title(f"{d['workload']}: timeline of cores {', '.join(map(str, cores))}")
     ax.legend(handles=[Patch(color=c, alpha=0.6, label=STALL_LABELS[k])
                        for k, c in STALL_COLORS.items()], fontsize=7, loc="upper center",
-              bbox_to_anchor=(0.5, -0.12), ncol=3)
+              bbox_to_anchor=(0.5, -0.28), ncol=3)
     return _finish(fig, path)
 
 
