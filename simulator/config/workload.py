@@ -61,6 +61,7 @@ class TilingSpec:
     split_b: int | None = None
     split_m: int | None = None
     split_n: int | None = None
+    acc_buffers: int | None = None
     path: str = ""
 
 
@@ -283,7 +284,8 @@ def _parse_tiling(f: Fields, op_names: set[str], problems: Problems) -> dict[str
             base_k=base.get("k", dim, None), step_k=step.get("k", dim, None),
             order=t.get("order", one_of(*ORDERS), None),
             buffers=t.get("buffers", as_int(1, 2), None), split_b=split.get("b", dim, None),
-            split_m=split.get("m", dim, None), split_n=split.get("n", dim, None), path=path)
+            split_m=split.get("m", dim, None), split_n=split.get("n", dim, None),
+            acc_buffers=t.get("acc_buffers", as_int(1, 2), None), path=path)
         for sub in (base, step, split, t):
             sub.finish()
         result[str(key)] = spec

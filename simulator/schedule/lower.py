@@ -146,7 +146,8 @@ class _MatmulCore:
         self.l0_a = SlotRing(core, "L0A", t.base_m * t.base_k * shape.a_bytes, t.buffers)
         self.l0_b = [SlotRing(core, "L0B", t.base_k * t.base_n * shape.b_bytes, t.buffers)
                      for _ in range(g)]
-        self.l0_c = [SlotRing(core, "L0C", t.base_m * t.base_n * ACCUMULATOR_BYTES, t.buffers)
+        self.l0_c = [SlotRing(core, "L0C", t.base_m * t.base_n * ACCUMULATOR_BYTES,
+                              t.l0c_buffers)
                      for _ in range(g)]
         self.chain = None
         if self.kernel.epilogue:

@@ -68,10 +68,11 @@ def legal_tilings(kernel: Kernel, workload: Workload) -> list[Tiling]:
             if (bm > round_up(core_m, fm) or bn > round_up(core_n, fn)
                     or bk > round_up(shape.k, fk)):
                 continue
-            for step, order, buffers in itertools.product(STEP_K, ("n", "m"), (2, 1)):
-                if step > 1 and step * bk > round_up(shape.k, fk):
+            for step, order, buffers, acc in itertools.product(STEP_K, ("n", "m"), (2, 1),
+                                                               (None, 1)):
+                if (step > 1 and step * bk > round_up(shape.k, fk)) or (acc and buffers == 1):
                     continue
-                t = Tiling(bm, bn, bk, step, order, buffers, *split)
+                t = Tiling(bm, bn, bk, step, order, buffers, *split, acc_buffers=acc)
                 if not check_tiling(shape, t, hw, "", kernel.name):
                     tilings.append(t)
     if kernel.epilogue:
@@ -112,7 +113,8 @@ def tune_kernel(kernel: Kernel, workload: Workload, top: int = 4, pool=None) -> 
     # simulate alike, so spend the simulations on different shapes
     shapes: dict[tuple, Tiling] = {}
     for t in ranked:
-        shapes.setdefault((t.base_m, t.base_n, t.buffers, t.split_b, t.split_m, t.split_n), t)
+        shapes.setdefault((t.base_m, t.base_n, t.buffers, t.l0c_buffers, t.split_b, t.split_m,
+                           t.split_n), t)
         if len(shapes) == top:
             break
     trials = [default] + [t for t in shapes.values() if t != default]
@@ -141,7 +143,8 @@ def kernel_bound_cycles(kernel: Kernel, workload: Workload) -> float:
 
 
 def _key(t: Tiling) -> tuple:
-    return tuple(asdict(t).values())
+    """A total order on tilings, to break ties the same way every run."""
+    return tuple(-1 if v is None else v for v in asdict(t).values())
 
 
 def tune(workload: Workload, top: int = 4, workers: int = 1) -> list[KernelTuning]:

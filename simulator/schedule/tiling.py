@@ -48,10 +48,16 @@ class Tiling:
     split_b: int
     split_m: int
     split_n: int
+    acc_buffers: int | None = None   # L0C accumulator depth (Ascend's dbL0C); None = buffers
+
+    @property
+    def l0c_buffers(self) -> int:
+        return self.acc_buffers or self.buffers
 
     def to_dict(self) -> dict:
         return {"base": {"m": self.base_m, "n": self.base_n, "k": self.base_k},
                 "step": {"k": self.step_k}, "order": self.order, "buffers": self.buffers,
+                "acc_buffers": self.l0c_buffers,
                 "split": {"b": self.split_b, "m": self.split_m, "n": self.split_n}}
 
 
@@ -88,9 +94,9 @@ def buffer_needs(shape: MatmulShape, t: Tiling) -> dict[str, tuple[int, str]]:
         "L0B": (g * t.base_k * t.base_n * b * db,
                 f"{gemms}base.k × base.n × {b} B × buffers = {t.base_k} × {t.base_n} × {b} × "
                 f"{db}"),
-        "L0C": (g * t.base_m * t.base_n * ACCUMULATOR_BYTES * db,
-                f"{gemms}base.m × base.n × {ACCUMULATOR_BYTES} B × buffers = {t.base_m} × "
-                f"{t.base_n} × {ACCUMULATOR_BYTES} × {db}"),
+        "L0C": (g * t.base_m * t.base_n * ACCUMULATOR_BYTES * t.l0c_buffers,
+                f"{gemms}base.m × base.n × {ACCUMULATOR_BYTES} B × acc_buffers = {t.base_m} × "
+                f"{t.base_n} × {ACCUMULATOR_BYTES} × {t.l0c_buffers}"),
         "L1": (l1, f"(base.m × base.k × {a} B + {gemms}base.k × base.n × {b} B) × step.k × "
                    f"buffers = ({t.base_m} × {t.base_k} × {a} + {g} × {t.base_k} × {t.base_n} × "
                    f"{b}) × {t.step_k} × {db}"),
@@ -164,12 +170,13 @@ def _blocks_for(shape: MatmulShape, hw: Hardware, split: tuple[int, int, int],
                 fixed: TilingSpec) -> Tiling:
     fm, fn, fk = hw.cube.fractal[shape.dtype]
     buffers = fixed.buffers or 2
+    acc = fixed.acc_buffers or buffers
     g = shape.gemms
     core_m = single_core_extent(shape.m, split[1], fm)
     core_n = single_core_extent(shape.n, split[2], fn)
     base_m = fixed.base_m or min(core_m, 128)
     base_n = fixed.base_n or min(core_n, 256)
-    while g * base_m * base_n * ACCUMULATOR_BYTES * buffers > hw.buffer_bytes["L0C"]:
+    while g * base_m * base_n * ACCUMULATOR_BYTES * acc > hw.buffer_bytes["L0C"]:
         if base_n > fn and not fixed.base_n:
             base_n = round_up(base_n // 2, fn)
         elif base_m > fm and not fixed.base_m:
@@ -187,7 +194,8 @@ def _blocks_for(shape: MatmulShape, hw: Hardware, split: tuple[int, int, int],
     else:
         per_step = (base_m * shape.a_bytes + g * base_n * shape.b_bytes) * base_k * buffers
         step_k = max(1, min(hw.buffer_bytes["L1"] // per_step, round_up(shape.k, fk) // base_k))
-    return Tiling(base_m, base_n, base_k, step_k, fixed.order or "n", buffers, *split)
+    return Tiling(base_m, base_n, base_k, step_k, fixed.order or "n", buffers, *split,
+                  acc_buffers=fixed.acc_buffers)
 
 
 def _splits(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
@@ -262,6 +270,9 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
         vector += batch * core_m * core_n * 2 * hw.vector.cost_factor[cost_class] \
             / hw.vector.bytes_per_cycle
     stages = [mte2, mte1, cube, drain, vector]
+    if t.l0c_buffers == 1:   # one accumulator: the Cube waits while each block drains
+        cube += drain
+        stages[2] = cube
     if t.buffers == 2:       # every stage overlaps the others: the slowest sets the pace
         steady = max(stages)
     else:                    # one slot: staging the next chunk waits until MTE1 moved this one

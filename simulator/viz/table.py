@@ -89,7 +89,9 @@ def describe_tiling(t: dict | None) -> str:
     split = t["split"]
     cores = "x".join(str(split[d]) for d in ("b", "m", "n") if d != "b" or split[d] > 1)
     return (f"base {t['base']['m']}x{t['base']['n']}x{t['base']['k']} step.k {t['step']['k']} "
-            f"order {t['order']} buffers {t['buffers']} split {cores}")
+            f"order {t['order']} buffers {t['buffers']}"
+            + (f" acc {t['acc_buffers']}" if t.get("acc_buffers", t["buffers"]) != t["buffers"]
+               else "") + f" split {cores}")
 
 
 def explain(d: dict) -> list[str]:
