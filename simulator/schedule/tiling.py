@@ -4,8 +4,9 @@ Vocabulary follows Ascend C's TCubeTiling: `base` m/n/k is one Cube call
 (one block in L0A/L0B/L0C), `step.k` how many base-k blocks one MTE2 load
 stages in L1, `order` which output dimension the loop walks first (n: walk
 along N, keeping the A panel), `buffers` the ping-pong depth of every staged
-buffer, `acc_buffers` that of the L0C accumulators (Ascend's dbL0C: 1 frees L0C for
-twice the block, at the price of the Cube waiting while a block drains), `split` how output blocks are spread over cores (K is never split).
+buffer, `acc_buffers` that of the L0C accumulators (Ascend's dbL0C: 1 frees L0C
+for twice the block, at the price of the Cube waiting while a block drains),
+`split` how output blocks are spread over cores (K is never split).
 """
 
 from __future__ import annotations
