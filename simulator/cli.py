@@ -22,9 +22,8 @@ def _parser() -> argparse.ArgumentParser:
     run = sub.add_parser("run", help="simulate a workload and print its report",
                          description="Simulate a workload on its hardware and print the report.")
     run.add_argument("workload", help="workload YAML file, e.g. workloads/ffn_decode.yaml")
-    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE",
-                     help="override any field, e.g. params.tokens=2048 or "
-                          "hardware.HBM.bandwidth=2.4TB/s (repeatable)")
+    _overrides(run, "override any field, e.g. params.tokens=2048 or "
+                    "hardware.HBM.bandwidth=2.4TB/s (repeatable)")
     run.add_argument("--json", metavar="FILE", help="also write the full report as JSON "
                      "('-' for standard output)")
     run.add_argument("--force", action="store_true",
@@ -38,8 +37,7 @@ def _parser() -> argparse.ArgumentParser:
                           description="Print the kernels, the ops in each, and for every op "
                                       "left unfused the reason.")
     plan.add_argument("workload")
-    plan.add_argument("--set", dest="overrides", action="append", default=[],
-                      metavar="PATH=VALUE", help="override any field (repeatable)")
+    _overrides(plan, "override any field (repeatable)")
 
     compare = sub.add_parser(
         "compare", help="simulate variants of a workload side by side",
@@ -48,9 +46,8 @@ def _parser() -> argparse.ArgumentParser:
                     "combination when several fields vary); fields given once apply to all. "
                     "Without any axis the variants are schedule.fusion=none and =auto.")
     compare.add_argument("workload")
-    compare.add_argument("--set", dest="overrides", action="append", default=[],
-                         metavar="PATH=VALUE", help="a value for all variants, or (repeated "
-                         "with other values) a variant axis")
+    _overrides(compare, "a value for all variants, or (repeated with other values) a "
+                        "variant axis")
     compare.add_argument("--variant", action="append", default=[], metavar="P=V[,P=V...]",
                          help="one explicit variant: overrides separated by commas")
     compare.add_argument("--json", metavar="FILE", help="also write the comparison as JSON "
@@ -64,8 +61,7 @@ def _parser() -> argparse.ArgumentParser:
                     "analytic model, simulate the most promising and the default (each kernel "
                     "alone), and report the chosen tiling against the default and the roofline.")
     tune.add_argument("workload")
-    tune.add_argument("--set", dest="overrides", action="append", default=[],
-                      metavar="PATH=VALUE", help="override any field first (repeatable)")
+    _overrides(tune, "override any field first (repeatable)")
     tune.add_argument("--top", type=int, default=4,
                       help="how many of the best-ranked tilings to simulate (default 4)")
     tune.add_argument("--workers", type=int, default=None,
@@ -82,8 +78,7 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
                        help="a field and its values, e.g. params.tokens=1,8,64 (repeatable; "
                             "two fields make a heatmap)")
-    sweep.add_argument("--set", dest="overrides", action="append", default=[],
-                       metavar="PATH=VALUE", help="a value for every point (repeatable)")
+    _overrides(sweep, "a value for every point (repeatable)")
     sweep.add_argument("--workers", type=int, default=None,
                        help="worker processes (default: the number of cores)")
     sweep.add_argument("--csv", metavar="FILE", help="CSV path (default: <workload>-sweep.csv)")
@@ -97,20 +92,18 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _overrides(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="PATH=VALUE", help=help_text)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     try:
-        if args.command == "run":
-            return _run(args)
-        if args.command == "plan":
-            return _plan(args)
-        if args.command == "compare":
-            return _compare(args)
-        if args.command == "sweep":
-            return _sweep(args)
-        if args.command == "tune":
-            return _tune(args)
+        commands = {"run": _run, "plan": _plan, "compare": _compare, "sweep": _sweep,
+                    "tune": _tune}
+        return commands[args.command](args)
     except SimulatorError as exc:
         for line in str(exc).splitlines():
             print(f"error: {line}", file=sys.stderr)
