@@ -14,12 +14,20 @@ def lower_workload(workload: Workload) -> Program:
     return lower(workload, plan_kernels(workload))
 
 
-def simulate(workload: Workload) -> Report:
-    """Simulate a loaded workload on its hardware and analyse the trace."""
+def simulate(workload: Workload, max_cycles: int | None = None) -> Report:
+    """Simulate a loaded workload on its hardware and analyse the trace.
+
+    The run stops with a clear error past `max_cycles` (default: 1000 times the roofline
+    bound plus 10 million cycles), so a schedule that never finishes cannot hang."""
     from . import __version__
+    from .analysis.roofline import roofline
 
     program = lower_workload(workload)
-    trace = simulate_program(program, workload.hardware)
+    if max_cycles is None:
+        bound = roofline(program, workload.hardware).bound_cycles
+        max_cycles = int(1000 * bound + 10_000_000 + workload.hardware.launch_overhead_cycles
+                         * len(program.kernels))
+    trace = simulate_program(program, workload.hardware, max_cycles)
     provenance = {
         "simulator_version": __version__,
         "workload_file": workload.source,

@@ -110,3 +110,30 @@ def test_double_buffering_overlaps_what_single_buffering_serialises(tiny):
     # two slots: MTE2 streams chunk after chunk while MTE1 and the Cube work behind it
     assert slot_waits(traces[2]) == 0
     assert cycles[2] < cycles[1]
+
+
+def test_a_deadlock_is_diagnosed_with_the_waiting_pipe_and_the_flag(tiny):
+    from simulator.engine.world import InvariantError
+    from simulator.schedule.program import Instr
+
+    core = new_core_program()
+    never = core.new_flag(0, "data")
+    core.emit(Instr("CUBE", "mmad waiting forever", cycles=5, waits=[never]))
+    core.emit(Instr("VECTOR", "would set it", cycles=5, waits=[core.new_flag(0, "data")],
+                    sets=[never]))
+    kernel = KernelProgram("k", ("k",), False, "cube", "fp16", 0, [core], None, 0, 0)
+    with pytest.raises(InvariantError) as info:
+        simulate_program(Program([kernel], {}, 0), tiny)
+    text = str(info.value)
+    assert "deadlock at cycle 100: 0 of 2 instructions executed" in text
+    assert "core 0 CUBE #0 'mmad waiting forever' waits on flag 0 (data), set by: VECTOR #0 " \
+           "'would set it'" in text
+
+
+def test_a_run_past_its_cycle_budget_stops_with_a_clear_error(tiny):
+    from simulator.engine.world import CycleBudgetError
+
+    w = matmul_workload(tiny, 64, 64, 256)
+    with pytest.raises(CycleBudgetError, match="passed its budget of 500 cycles"):
+        simulate(w, max_cycles=500)
+    assert simulate(w).to_dict()["cycles"] > 500

@@ -15,6 +15,7 @@ from typing import NamedTuple
 import simpy
 
 from ..config.hardware import Hardware
+from ..errors import SimulatorError
 from ..schedule.program import CoreProgram, Instr, Program
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
@@ -22,6 +23,10 @@ from .l2cache import L2Cache
 
 class InvariantError(AssertionError):
     """The model broke physics (a bug in the simulator, never a user mistake)."""
+
+
+class CycleBudgetError(SimulatorError):
+    """A run went past the cycle budget it was given: stopped rather than left to hang."""
 
 
 class Record(NamedTuple):
@@ -92,20 +97,52 @@ class World:
         self.records: list[Record] = []
         self.spans: list[KernelSpan] = []
         self.peak_occupancy = {name: 0 for name in hw.buffer_bytes}
+        self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
                        for path, rate in engine.path_bytes_per_cycle.items()}
         self.l2_latency = hw.memories["L2"].latency_cycles
         self.hbm_latency = hw.memories["HBM"].latency_cycles
 
-    def run(self) -> Trace:
-        self.env.process(self._kernels())
-        self.env.run()
+    def run(self, max_cycles: int | None = None) -> Trace:
+        """Run to completion; a deadlock is diagnosed, and `max_cycles` bounds the run."""
+        main = self.env.process(self._kernels())
+        stop = main if max_cycles is None else self.env.any_of([main,
+                                                                 self.env.timeout(max_cycles)])
+        try:
+            self.env.run(until=stop)
+        except RuntimeError as exc:
+            if "No scheduled events left" not in str(exc):
+                raise
+            # nothing left to happen before the last kernel finished: a deadlock, diagnosed below
         executed = len(self.records)
         if executed != self.program.instruction_count:
-            raise InvariantError(f"{executed} of {self.program.instruction_count} instructions "
-                                 "executed: the program deadlocked")
+            if max_cycles is not None and self.env.now >= max_cycles:
+                raise CycleBudgetError(
+                    f"the simulation passed its budget of {max_cycles:,} cycles with "
+                    f"{executed:,} of {self.program.instruction_count:,} instructions done; "
+                    "raise the budget (simulate(..., max_cycles=N)) if the workload is that "
+                    "long, or look for a schedule that never finishes")
+            raise InvariantError(self.diagnose_deadlock())
         return Trace(self.records, self.spans, int(self.env.now), self.l2.hits, self.l2.misses,
                      dict(self.peak_occupancy), executed)
+
+    def diagnose_deadlock(self) -> str:
+        """Which pipes wait on which flag, and which instruction would have set it."""
+        lines = [f"deadlock at cycle {self.env.now:,}: {len(self.records):,} of "
+                 f"{self.program.instruction_count:,} instructions executed"]
+        done = {(r.kernel, r.core, r.pipe) for r in self.records}
+        for (kernel, core_index, pipe), (position, flag_id) in sorted(self.waiting.items()):
+            core = self.program.kernels[kernel].cores[core_index]
+            instr = core.queues[pipe][position]
+            setters = [(p, i, q.label) for p, queue in core.queues.items()
+                       for i, q in enumerate(queue) if flag_id in q.sets]
+            who = "; ".join(f"{p} #{i} '{label}'" for p, i, label in setters) or "no instruction"
+            lines.append(f"  kernel {self.program.kernels[kernel].name} core {core_index} {pipe} "
+                         f"#{position} '{instr.label}' waits on flag {flag_id} "
+                         f"({core.flag_cause[flag_id]}), set by: {who}")
+        if len(lines) == 1:
+            lines.append(f"  no pipe is waiting on a flag; pipes that ran: {len(done)}")
+        return "\n".join(lines[:40])
 
     def _kernels(self):
         for index, kernel in enumerate(self.program.kernels):
@@ -126,7 +163,7 @@ class World:
               core: CoreProgram, flags: list[_Flag], occupancy: dict[str, int]):
         env = self.env
         slot_flag = [cause == "buffer_slot" for cause in core.flag_cause]
-        for instr in queue:
+        for position, instr in enumerate(queue):
             wait_data = wait_slot = 0
             for flag_id in instr.waits:
                 flag = flags[flag_id]
@@ -136,7 +173,9 @@ class World:
                 event = env.event()
                 flag.waiters.append(event)
                 since = env.now
+                self.waiting[(kernel, core_index, pipe)] = (position, flag_id)
                 yield event
+                del self.waiting[(kernel, core_index, pipe)]
                 if slot_flag[flag_id]:
                     wait_slot += env.now - since
                 else:
@@ -207,5 +246,5 @@ class World:
         return hit_bytes, hbm_bytes, ideal
 
 
-def simulate_program(program: Program, hw: Hardware) -> Trace:
-    return World(program, hw).run()
+def simulate_program(program: Program, hw: Hardware, max_cycles: int | None = None) -> Trace:
+    return World(program, hw).run(max_cycles)
