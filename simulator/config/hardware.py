@@ -208,7 +208,8 @@ def parse_hardware(raw: dict, source: str) -> Hardware:
 
     launch = top.get("launch_overhead", lambda v: parse_time(v, clock))
     top.finish()
-    _check_topology(served, problems)
+    if not problems.items:
+        _check_topology(served, problems)
     problems.raise_if_any()
     return Hardware(name, source, clock_hz, cores, memories, buffer_bytes, engines,
                     Cube(cube_latency, fractal), Vector(vec_rate, vec_latency, factors), launch)

@@ -19,6 +19,10 @@ from ..units import UnitError
 REQUIRED = object()
 
 
+class SkipField(Exception):
+    """A field that depends on a mistake already reported: skipped, not blamed again."""
+
+
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys instead of keeping the last one."""
 
@@ -27,6 +31,10 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
     seen: dict[Any, int] = {}
     for key_node, _ in node.value:
         key = loader.construct_object(key_node, deep=deep)
+        if not isinstance(key, (str, int, float, bool)) and key is not None:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"a key must be a plain name, not {describe(key)}",
+                key_node.start_mark)
         if key in seen:
             raise yaml.constructor.ConstructorError(
                 None, None, f"duplicate key '{key}' (first at line {seen[key] + 1})",
@@ -106,6 +114,8 @@ class Fields:
             return default
         try:
             return parse(self.raw[key])
+        except SkipField:
+            return None
         except (UnitError, ValueError, TypeError) as exc:
             self.problems.add(path, str(exc))
             return None

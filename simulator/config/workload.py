@@ -15,7 +15,17 @@ from typing import Any
 from ..errors import ConfigError, Problems
 from ..graph.ops import DTYPE_BYTES, OPS
 from .hardware import Hardware, load_hardware, resolve_hardware_path
-from .strict import Fields, apply_overrides, as_int, as_name, describe, join, one_of, read_yaml
+from .strict import (
+    Fields,
+    SkipField,
+    apply_overrides,
+    as_int,
+    as_name,
+    describe,
+    join,
+    one_of,
+    read_yaml,
+)
 
 DTYPES = tuple(DTYPE_BYTES)
 TENSOR_KINDS = ("activation", "weight", "cache")
@@ -147,6 +157,7 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             problems.add(join("params", key), f"must be a positive integer, got {describe(value)} "
                          f"{value!r}")
+            params[key] = None      # reported: shapes that use it are skipped, not blamed
             continue
         params[key] = value
 
@@ -176,6 +187,7 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     from ..graph.dataflow import resolve
     tensors, ops = resolve(tensors, broken, ops, problems)
     problems.raise_if_any()
+    params = {k: v for k, v in params.items() if v is not None}
     return Workload(name, source, hardware, params, dtype, tensors, tuple(ops), fusion, tiling,
                     overrides)
 
@@ -332,6 +344,8 @@ def evaluate(expr: Any, params: dict[str, int], path: str = "") -> int:
             if node.id not in params:
                 known = ", ".join(sorted(params)) or "none"
                 raise ValueError(f"'{expr}': unknown param '{node.id}' (params: {known})")
+            if params[node.id] is None:
+                raise SkipField(node.id)    # the param itself is wrong, and already reported
             return params[node.id]
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -walk(node.operand)

@@ -93,6 +93,7 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         raise TilingError(f"{kernel.gemms[0].path}: the Cube of {hw.name} has no {shape.dtype} "
                           f"mode (modes: {', '.join(hw.cube.fractal)})")
     t = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
+    _refuse_if_too_large(kernel, shape, t, hw)
     fm, fn, _ = hw.cube.fractal[shape.dtype]
     core_b = -(-shape.batch // t.split_b)
     core_m = single_core_extent(shape.m, t.split_m, fm)
@@ -118,6 +119,25 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         _flops(kernel.ops, tensors), cores, t.to_dict(), sum(tensors[n].nbytes for n in ins),
         tensors[kernel.output].nbytes, plan, vector_work_bytes=_vector_work(kernel, workload, hw),
         cube_flops=_flops(kernel.gemms, tensors))
+
+
+# Each instruction costs a few hundred bytes while the program is built and run: past
+# this many, a run would exhaust memory long before it finished, so it is refused up front.
+MAX_INSTRUCTIONS = 5_000_000
+
+
+def _refuse_if_too_large(kernel: Kernel, shape: MatmulShape, t: Tiling, hw: Hardware) -> None:
+    fm, fn, _ = hw.cube.fractal[shape.dtype]
+    g = shape.gemms
+    blocks = (shape.batch * -(-shape.m // t.base_m) * -(-shape.n // t.base_n))
+    k_blocks = -(-shape.k // t.base_k)
+    chunks = -(-shape.k // (t.base_k * t.step_k))
+    count = blocks * (k_blocks * (1 + 2 * g) + chunks * (1 + g) + g + 2 * len(kernel.epilogue))
+    if count > MAX_INSTRUCTIONS:
+        raise TilingError(
+            f"{kernel.gemms[0].path}: kernel '{kernel.name}' would need about {count:,} "
+            f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in memory; use "
+            f"larger base blocks (now {t.base_m}x{t.base_n}x{t.base_k}) or a smaller problem")
 
 
 class _MatmulCore:
