@@ -87,10 +87,10 @@ class _Flag:
 
 
 class World:
-    def __init__(self, program: Program, hw: Hardware):
+    def __init__(self, program: Program, hw: Hardware, env: simpy.Environment | None = None):
         self.program = program
         self.hw = hw
-        self.env = simpy.Environment()
+        self.env = env or simpy.Environment()   # a benchmark may pass an instrumented one
         self.channels = {name: SharedChannel(self.env, name, mem.sustained_bytes_per_cycle)
                          for name, mem in hw.memories.items()}
         self.l2 = L2Cache(hw.memories["L2"].capacity_bytes, program.tensor_geometry)

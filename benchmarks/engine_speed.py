@@ -1,0 +1,133 @@
+"""The simulator's own speed: engine event rate against a bare SimPy loop, wall time of the
+standard workloads, how wall time scales with the instruction count, and peak memory.
+
+    python benchmarks/engine_speed.py [--quick]
+
+Targets (issue 5): engine >= 30% of the bare SimPy event rate; ffn_decode < 0.5 s;
+llama7b_decode_layer < 1 s; a 32-layer decode step < 10 s; ffn_prefill < 10 s; wall time
+linear in instructions (fitted exponent near 1).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import resource
+import time
+from pathlib import Path
+
+import simpy
+
+from simulator import load_workload
+from simulator.analysis.report import analyse
+from simulator.engine.world import World
+from simulator.pipeline import lower_workload
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class CountingEnvironment(simpy.Environment):
+    """An Environment that counts the events it processes (public API only)."""
+
+    def __init__(self):
+        super().__init__()
+        self.events_processed = 0
+
+    def step(self) -> None:
+        self.events_processed += 1
+        super().step()
+
+
+def run(path: Path, overrides=()) -> dict:
+    start = time.perf_counter()
+    workload = load_workload(path, list(overrides))
+    program = lower_workload(workload)
+    lowered = time.perf_counter()
+    env = CountingEnvironment()
+    trace = World(program, workload.hardware, env).run()
+    simulated = time.perf_counter()
+    analyse(trace, program, workload.hardware, workload.name, {})
+    done = time.perf_counter()
+    return {"instructions": trace.instructions, "events": env.events_processed,
+            "lower_s": lowered - start, "engine_s": simulated - lowered,
+            "wall_s": done - start}
+
+
+def bare_simpy_rate(events: int) -> float:
+    """Events per second of a bare SimPy loop: 64 processes yielding 1-cycle timeouts."""
+    env = CountingEnvironment()
+    per_process = max(1, events // 64)
+
+    def ticker():
+        for _ in range(per_process):
+            yield env.timeout(1)
+
+    for _ in range(64):
+        env.process(ticker())
+    start = time.perf_counter()
+    env.run()
+    return env.events_processed / (time.perf_counter() - start)
+
+
+def layers_workload(layers: int) -> Path:
+    """A decode step of `layers` LLaMA-7B decoder layers, written next to the benchmarks."""
+    import yaml
+
+    base = yaml.safe_load((ROOT / "workloads" / "llama7b_decode_layer.yaml").read_text())
+    ops, tensors = [], dict(base["tensors"])
+    for layer in range(layers):
+        rename = {}
+        for op in base["ops"]:
+            rename[op["output"]] = f"L{layer}_{op['output']}"
+        rename["x"] = "x" if layer == 0 else f"L{layer - 1}_out"
+        for op in base["ops"]:
+            new = dict(op, name=f"L{layer}_{op['name']}", output=rename[op["output"]],
+                       inputs=[rename.get(i, i) for i in op["inputs"]])
+            ops.append(new)
+    base.update(name=f"llama7b-decode-{layers}-layers", ops=ops, tensors=tensors)
+    path = Path("/tmp") / f"npu-memsim-decode-{layers}-layers.yaml"
+    path.write_text(yaml.safe_dump(base, sort_keys=False))
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="skip the 32-layer step")
+    args = parser.parse_args()
+
+    decode = run(ROOT / "workloads" / "ffn_decode.yaml")
+    engine_rate = decode["events"] / decode["engine_s"]
+    bare_rate = bare_simpy_rate(decode["events"])
+    print(f"engine: {engine_rate:,.0f} events/s; bare SimPy: {bare_rate:,.0f} events/s; "
+          f"ratio {engine_rate / bare_rate:.2f} (target >= 0.30)")
+
+    print(f"\n{'workload':<34}{'instructions':>13}{'events':>11}{'lower s':>9}{'engine s':>10}"
+          f"{'wall s':>8}  target")
+    cases = [("ffn_decode", ROOT / "workloads/ffn_decode.yaml", (), 0.5),
+             ("llama7b_decode_layer", ROOT / "workloads/llama7b_decode_layer.yaml", (), 1.0),
+             ("ffn_prefill (2048 tokens)", ROOT / "workloads/ffn_prefill.yaml", (), 10.0)]
+    if not args.quick:
+        cases.append(("decode step, 32 layers", layers_workload(32), (), 10.0))
+    for name, path, overrides, target in cases:
+        r = run(path, overrides)
+        print(f"{name:<34}{r['instructions']:>13,}{r['events']:>11,}{r['lower_s']:>9.2f}"
+              f"{r['engine_s']:>10.2f}{r['wall_s']:>8.2f}  < {target} s "
+              f"{'ok' if r['wall_s'] < target else 'MISSED'}")
+
+    print("\nscaling (ffn_decode over tokens):")
+    sizes = []
+    for tokens in (64, 128, 256, 512, 1024):
+        r = run(ROOT / "workloads/ffn_decode.yaml", [f"params.tokens={tokens}"])
+        sizes.append((r["instructions"], r["wall_s"]))
+        print(f"  tokens {tokens:>5}: {r['instructions']:>9,} instructions, {r['wall_s']:.2f} s")
+    xs = [math.log(n) for n, _ in sizes]
+    ys = [math.log(s) for _, s in sizes]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    print(f"  fitted exponent of wall time in instructions: {slope:.2f} (linear = 1.00)")
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"\npeak memory of this process: {peak_mib:,.0f} MiB")
+
+
+if __name__ == "__main__":
+    main()
