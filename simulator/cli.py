@@ -81,6 +81,10 @@ def _parser() -> argparse.ArgumentParser:
     _overrides(sweep, "a value for every point (repeatable)")
     sweep.add_argument("--workers", type=int, default=None,
                        help="worker processes (default: the number of cores)")
+    sweep.add_argument("--executor", choices=("local", "dask"), default="local",
+                       help="local worker processes (default) or an existing Dask cluster")
+    sweep.add_argument("--scheduler", metavar="ADDRESS",
+                       help="the Dask scheduler, e.g. tcp://10.0.0.5:8786 (with --executor dask)")
     sweep.add_argument("--csv", metavar="FILE", help="CSV path (default: <workload>-sweep.csv)")
     sweep.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     sweep.add_argument("--plot", metavar="FILE.png", help="line plot and roofline (one field) "
@@ -212,8 +216,10 @@ def _sweep(args) -> int:
         _check_writable(path, args.force)
     from . import load_workload
     load_workload(args.workload, args.overrides)          # fail fast on a broken base file
+    if (args.executor == "dask") != bool(args.scheduler):
+        raise SimulatorError("--executor dask and --scheduler ADDRESS go together")
     rows = sweep(args.workload, grid, args.overrides, workers=args.workers,
-                 progress=sys.stderr.isatty())
+                 progress=sys.stderr.isatty(), scheduler=args.scheduler)
     fields = list(grid)
     width = max(12, *(len(f) + 2 for f in fields))
     print("".join(f"{f:>{width}}" for f in fields) + f"{'time µs':>12}{'TFLOPS':>9}"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
 from typing import Any, Iterable
 
 from .errors import SimulatorError
@@ -97,18 +98,22 @@ def run_point(args: tuple[str, list[str], dict[str, Any]]) -> dict[str, Any]:
 
 
 def sweep(path: str, grid: dict[str, list[Any]] | Iterable[str], overrides: Iterable[str] = (),
-          workers: int | None = None, progress: bool = False) -> list[dict[str, Any]]:
+          workers: int | None = None, progress: bool = False,
+          scheduler: str | None = None) -> list[dict[str, Any]]:
     """Simulate every grid point; rows in grid order, ready for `pandas.DataFrame(rows)`.
 
     `grid` maps a field path to its values ({'params.tokens': [1, 64]}) or is a list of
-    'FIELD=V1,V2' strings. `workers` defaults to the core count; 1 runs in this process."""
+    'FIELD=V1,V2' strings. `workers` defaults to the core count; 1 runs in this process.
+    With `scheduler` (a Dask scheduler address) the points run on that cluster instead."""
     if not isinstance(grid, dict):
         grid = parse_grid(grid)
-    jobs = [(str(path), list(overrides), point) for point in points(grid)]
+    jobs = [(str(Path(path).resolve()), list(overrides), point) for point in points(grid)]
     workers = workers or os.cpu_count() or 1
     bar = _progress(len(jobs), str(path)) if progress else None
     rows = []
-    if workers == 1 or len(jobs) == 1:
+    if scheduler:
+        rows = _on_dask(scheduler, jobs, bar)
+    elif workers == 1 or len(jobs) == 1:
         for job in jobs:
             rows.append(run_point(job))
             bar and bar.update()
@@ -121,6 +126,28 @@ def sweep(path: str, grid: dict[str, list[Any]] | Iterable[str], overrides: Iter
         bar.close()
     columns = list(dict.fromkeys(key for row in rows for key in row))
     return [{key: row.get(key) for key in columns} for row in rows]
+
+
+def _on_dask(address: str, jobs: list, bar) -> list[dict[str, Any]]:
+    """Run the points on an existing Dask cluster; rows come back in grid order."""
+    try:
+        from distributed import Client, as_completed
+    except ImportError:
+        raise SimulatorError("--executor dask needs dask.distributed: pip install "
+                             "'dask[distributed]'") from None
+    try:
+        client = Client(address, timeout=10)
+    except (OSError, TimeoutError) as exc:
+        raise SimulatorError(f"--scheduler {address}: cannot reach the Dask scheduler "
+                             f"({exc})") from None
+    with client:
+        futures = client.map(run_point, jobs, pure=False)
+        index = {future.key: i for i, future in enumerate(futures)}
+        rows: list = [None] * len(jobs)
+        for future in as_completed(futures):
+            rows[index[future.key]] = future.result()
+            bar and bar.update()
+    return rows
 
 
 def _progress(total: int, label: str):

@@ -116,3 +116,19 @@ def test_report_api_for_notebooks(tmp_path):
     fig = r.plot_timeline(tmp_path / "t.png", cores=(0,))
     assert fig is not None and (tmp_path / "t.png").exists()
     assert replace(r, trace=None).to_dict() == r.to_dict()
+
+
+def test_sweep_on_a_dask_cluster_gives_the_local_rows(tmp_path):
+    distributed = pytest.importorskip("distributed")
+    grid = ["params.tokens=1,16", "schedule.fusion=none,auto"]
+    local = sim.sweep("workloads/ffn_decode.yaml", grid, workers=1)
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as cluster:
+        remote = sim.sweep("workloads/ffn_decode.yaml", grid, scheduler=cluster.scheduler_address)
+        out = tmp_path / "dask.csv"
+        result = run_cli("sweep", "workloads/ffn_decode.yaml", "--grid", grid[0], "--grid",
+                         grid[1], "--executor", "dask", "--scheduler",
+                         cluster.scheduler_address, "--csv", str(out))
+    assert remote == local
+    assert result.returncode == 0, result.stderr
+    assert len(list(csv.DictReader(out.open()))) == 4
