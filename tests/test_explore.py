@@ -132,3 +132,12 @@ def test_sweep_on_a_dask_cluster_gives_the_local_rows(tmp_path):
     assert remote == local
     assert result.returncode == 0, result.stderr
     assert len(list(csv.DictReader(out.open()))) == 4
+
+
+def test_gpu_calibration_exits_cleanly_without_cuda():
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "benchmarks/calibrate_gpu.py", "--shapes", "1"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "calibrate_gpu" in result.stdout or "median absolute error" in result.stdout
