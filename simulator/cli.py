@@ -115,7 +115,6 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    return 1
 
 
 def _run(args) -> int:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..config.hardware import BUFFERS, Hardware
-from ..engine.world import Trace
+from ..engine.world import InvariantError, Trace
 from ..schedule.program import PIPES, Program
 from .roofline import Roofline, roofline
 
@@ -77,6 +77,7 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
 
     traffic = _traffic(trace.records)
     traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses)
+    _check_invariants(trace, program, bound, traffic)
     busy = {pipe: 0 for pipe in PIPES}
     stalls = {pipe: dict.fromkeys(STALL_CAUSES, 0) for pipe in PIPES}
     for r in trace.records:
@@ -162,6 +163,18 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
         "kernels": kernels,
     }
     return Report(data, provenance, trace)
+
+
+def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: dict) -> None:
+    """Cheap physics checks on every run: a failure is a simulator bug, not a user mistake."""
+    if trace.cycles + 1e-6 < bound.bound_cycles:
+        raise InvariantError(f"{trace.cycles} cycles is below the roofline bound "
+                             f"{bound.bound_cycles:.0f}")
+    written = sum(nbytes for role, nbytes in program.tensor_roles.values()
+                  if role in ("intermediate", "output"))
+    if traffic["HBM"]["write_bytes"] != written:
+        raise InvariantError(f"HBM received {traffic['HBM']['write_bytes']} B but the kernels' "
+                             f"results are {written} B: bytes were lost or duplicated")
 
 
 def _traffic(records) -> dict[str, dict[str, int]]:

@@ -166,7 +166,7 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     for tname in tensors_f.raw:
         tensors_f.used.add(tname)
         tf = Fields(tensors_f.raw[tname], join("tensors", tname), problems)
-        shape = tf.get("shape", lambda v, p=tf.path: _shape(v, params, f"{p}.shape"))
+        shape = tf.get("shape", lambda v: _shape(v, params))
         tdtype = tf.get("dtype", one_of(*DTYPES), default=dtype)
         kind = tf.get("kind", one_of(*TENSOR_KINDS), default="activation")
         tf.finish()
@@ -232,8 +232,7 @@ def _parse_ops(raw_ops: list | None, params: dict[str, int], problems: Problems,
             continue
         try:
             if kind == "reshape" and "shape" in raw_attrs:
-                raw_attrs = {**raw_attrs, "shape": _shape(raw_attrs["shape"], params,
-                                                          f"{path}.attrs.shape")}
+                raw_attrs = {**raw_attrs, "shape": _shape(raw_attrs["shape"], params)}
             attrs = spec.parse_attrs(raw_attrs)
         except ValueError as exc:
             problems.add(f"{path}.attrs", str(exc))
@@ -305,12 +304,12 @@ def _parse_tiling(f: Fields, op_names: set[str], problems: Problems) -> dict[str
     return result
 
 
-def _shape(value: Any, params: dict[str, int], path: str) -> tuple[int, ...]:
+def _shape(value: Any, params: dict[str, int]) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise ValueError(f"expected a list of dimensions, got {describe(value)}")
     dims = []
     for i, dim in enumerate(value):
-        size = evaluate(dim, params, f"{path}[{i}]")
+        size = evaluate(dim, params)
         if size < 1:
             raise ValueError(f"[{i}] = {dim!r} evaluates to {size}; dimensions must be positive")
         dims.append(size)
@@ -321,7 +320,7 @@ _BINARY_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
                ast.Mult: lambda a, b: a * b}
 
 
-def evaluate(expr: Any, params: dict[str, int], path: str = "") -> int:
+def evaluate(expr: Any, params: dict[str, int]) -> int:
     """Evaluate an integer shape expression such as 'tokens * 4' or '(hidden + 1) / 2'."""
     if isinstance(expr, bool):
         raise ValueError(f"{expr!r} is not a dimension")

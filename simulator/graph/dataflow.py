@@ -110,7 +110,3 @@ class DataflowGraph:
     def consumers(self, tensor: str) -> list[Op]:
         ops = [self.graph.nodes[n]["op"] for n in self.graph.successors(("tensor", tensor))]
         return sorted(ops, key=lambda op: self.position[op.name])
-
-    def depends_on(self, later: Op, earlier: Op) -> bool:
-        """Whether `later` needs a result of `earlier`, directly or through other ops."""
-        return nx.has_path(self.graph, ("op", earlier.name), ("op", later.name))

@@ -71,7 +71,7 @@ def plan_kernels(workload: Workload) -> Plan:
     if fusion == "none":
         reasons = {op.name: "schedule.fusion is none: every op runs as its own kernel"
                    for op in graph.ops if OPS[op.op].unit == "vector"}
-        return Plan(tuple(_kernel([op], graph) for op in graph.ops
+        return Plan(tuple(_kernel([op]) for op in graph.ops
                           if OPS[op.op].unit != "view"), reasons)
     pass_ = _FusionPass(graph)
     if fusion == "auto":
@@ -79,7 +79,7 @@ def plan_kernels(workload: Workload) -> Plan:
     return pass_.run_groups(fusion)
 
 
-def _kernel(ops: list[Op], graph: DataflowGraph) -> Kernel:
+def _kernel(ops: list[Op]) -> Kernel:
     gemms = tuple(op for op in ops if OPS[op.op].unit == "cube")
     epilogue = tuple(op for op in ops if OPS[op.op].unit == "vector")
     return Kernel("+".join(op.name for op in ops), tuple(ops), gemms, epilogue)
@@ -147,7 +147,7 @@ class _FusionPass:
             ops.append(nxt)
             self.assigned.add(nxt.name)
             tail = nxt.output
-        return _kernel(ops, self.graph)
+        return _kernel(ops)
 
     def _dual(self, first: Op, allowed: set[str] | None) -> list[Op] | None:
         """[second matmul, act, mul] when `first` and another matmul meet in act(g) * u."""

@@ -65,7 +65,9 @@ def lower(workload: Workload, plan: Plan) -> Program:
     compulsory = sum(tensors[name].nbytes for name in (consumed - produced) | written)
     roles = {}
     for name in sorted(consumed | produced):
-        if name not in produced:
+        if name not in produced and tensors[name].kind == "intermediate":
+            role = "view"                                # a reshape of a tensor in HBM
+        elif name not in produced:
             role = tensors[name].kind                    # activation, weight or cache: from HBM
         elif name not in written:
             role = "on_chip"                             # lives and dies inside one fused kernel
@@ -127,7 +129,6 @@ MAX_INSTRUCTIONS = 5_000_000
 
 
 def _refuse_if_too_large(kernel: Kernel, shape: MatmulShape, t: Tiling, hw: Hardware) -> None:
-    fm, fn, _ = hw.cube.fractal[shape.dtype]
     g = shape.gemms
     blocks = (shape.batch * -(-shape.m // t.base_m) * -(-shape.n // t.base_n))
     k_blocks = -(-shape.k // t.base_k)

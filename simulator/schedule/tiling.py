@@ -241,8 +241,8 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
     k_blocks = -(-shape.k // t.base_k)
     blocks = batch * m_blocks * n_blocks
     rows = min(t.base_m, shape.m)
-    cube = blocks * k_blocks * g * (hw.cube.latency_cycles + math.ceil(rows / fm)
-                                    * math.ceil(t.base_n / fn) * math.ceil(t.base_k / fk))
+    cube = blocks * k_blocks * g * (hw.cube.latency_cycles + cube_cycles(
+        rows, t.base_n, t.base_k, hw.cube.fractal[shape.dtype]))
     mte1_latency, rate_a = _route(hw, "L1", "L0A")
     _, rate_b = _route(hw, "L1", "L0B")
     mte1 = blocks * k_blocks * (mte1_latency + round_up(rows, fm) * t.base_k * shape.a_bytes
