@@ -16,6 +16,7 @@ through to HBM and allocate. Eviction is least recently used, by granule.
 from __future__ import annotations
 
 from collections import OrderedDict
+from functools import lru_cache
 
 from ..schedule.program import Region
 
@@ -113,12 +114,20 @@ class L2Cache:
 
 
 def _cell_bytes(cells: int, base: int, cols: int, elem: int) -> int:
-    """Bytes of the cells in `cells`; a granule's last sector may be cut by the tensor's edge."""
+    """Bytes of the cells in `cells`; a granule's last sectors may be cut by the tensor's edge."""
     if base + GRANULE_COLS <= cols:
         return cells.bit_count() * SECTOR_COLS * elem
-    total = 0
-    for sector in range(SECTORS):
-        width = min(cols, base + (sector + 1) * SECTOR_COLS) - (base + sector * SECTOR_COLS)
-        if width > 0:
-            total += (cells & _COLUMN_OF[sector]).bit_count() * width * elem
-    return total
+    full, partial, width = _edge_masks(cols - base)
+    return ((cells & full).bit_count() * SECTOR_COLS + (cells & partial).bit_count() * width) \
+        * elem
+
+
+@lru_cache(maxsize=None)
+def _edge_masks(remaining: int) -> tuple[int, int, int]:
+    """For a granule with `remaining` columns left in the tensor: the cells of its whole
+    sectors, those of its one cut sector, and how many columns the cut sector keeps."""
+    whole, cut = divmod(remaining, SECTOR_COLS)
+    full = 0
+    for sector in range(whole):
+        full |= _COLUMN_OF[sector]
+    return full, (_COLUMN_OF[whole] if cut else 0), cut
