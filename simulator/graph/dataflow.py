@@ -16,7 +16,7 @@ import networkx as nx
 
 from ..config.workload import Op, Tensor, Workload
 from ..errors import Problems
-from .ops import OPS, Operand
+from .ops import OPS, operands_of
 
 
 def resolve(declared: dict[str, Tensor], broken: set[str], ops: list[Op],
@@ -70,7 +70,7 @@ def resolve(declared: dict[str, Tensor], broken: set[str], ops: list[Op],
             unusable.add(op.output)
             continue
         spec = OPS[op.op]
-        operands = [Operand(n, tensors[n].shape, tensors[n].dtype) for n in op.inputs]
+        operands = operands_of(op, tensors)
         try:
             shape, out_dtype = spec.output(operands, op.attrs)
         except ValueError as exc:

@@ -32,6 +32,11 @@ class Operand:
     dtype: str
 
 
+def operands_of(op, tensors: dict) -> list[Operand]:
+    """The shapes and dtypes an op's inputs have, as the registry's functions take them."""
+    return [Operand(n, tensors[n].shape, tensors[n].dtype) for n in op.inputs]
+
+
 def _bool(value: Any) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"expected true or false, got {value!r}")

@@ -161,7 +161,7 @@ class VectorChain:
         ring, slot = self.slot_of[self.final]
         last.sets.append(ring.done[slot])
         region = Region(self.final, r0, r1, c0, c1)
-        store = transfer("MTE3", f"store {_label(region)}", "UB", "HBM",
+        store = transfer("MTE3", f"store {region}", "UB", "HBM",
                          region_bytes(region, self.tensors[self.final]), region)
         store.waits.append(ring.done[slot])
         ring.last_use(store, slot)
@@ -169,7 +169,7 @@ class VectorChain:
 
     def _load(self, name: str, r0: int, r1: int, c0: int, c1: int) -> Instr:
         region = broadcast_region(self.tensors[name], r0, r1, c0, c1)
-        return transfer("MTE2", f"load {_label(region)}", "HBM", "UB",
+        return transfer("MTE2", f"load {region}", "HBM", "UB",
                         region_bytes(region, self.tensors[name]), region)
 
     def _run(self, op: Op, r0: int, r1: int, c0: int, c1: int) -> Instr:
@@ -208,6 +208,3 @@ class VectorChain:
         self._last = instr
         return instr
 
-
-def _label(r: Region) -> str:
-    return f"{r.tensor}[{r.row0}:{r.row1}, {r.col0}:{r.col1}]"

@@ -20,7 +20,7 @@ from __future__ import annotations
 from ..config.hardware import Hardware
 from ..config.workload import Workload
 from ..graph.fusion import Kernel, Plan
-from ..graph.ops import DTYPE_BYTES, OPS, Operand
+from ..graph.ops import DTYPE_BYTES, OPS, operands_of
 from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, seeds_of
 from .program import (
     Instr,
@@ -221,7 +221,7 @@ class _MatmulCore:
             for side, region in enumerate(keys):
                 if fresh[side]:
                     elem = shape.a_bytes if side == 0 else shape.b_bytes
-                    load = transfer("MTE2", f"load {names[side]} {_label(region)}", "HBM", "L1",
+                    load = transfer("MTE2", f"load {names[side]} {region}", "HBM", "L1",
                                     (region.row1 - region.row0) * (region.col1 - region.col0)
                                     * elem, region)
                     slot_of[side] = (l1[side].fill(load), index)
@@ -281,7 +281,7 @@ class _MatmulCore:
         for (_, _, _, out), acc, slot in zip(self.bs, self.l0_c, acc_slots):
             region = Region(out, row0, row0 + rows, bn, bn + cols)
             dst = "UB" if self.chain else "HBM"
-            drain = transfer("FIXPIPE", f"drain {_label(region)}", "L0C", dst,
+            drain = transfer("FIXPIPE", f"drain {region}", "L0C", dst,
                              rows * cols * DTYPE_BYTES[self.tensors[out].dtype],
                              region if dst == "HBM" else None, read_bytes=acc_bytes)
             acc.first_use(drain, slot)
@@ -352,19 +352,12 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         {"UB": ub_need(tile_rows, tile_cols)}, vector_work_bytes=_vector_work(kernel, workload, hw))
 
 
-def _operands(op, tensors) -> list[Operand]:
-    return [Operand(n, tensors[n].shape, tensors[n].dtype) for n in op.inputs]
-
-
 def _flops(ops, tensors) -> int:
-    return sum(OPS[op.op].flops(_operands(op, tensors), op.attrs) for op in ops)
+    return sum(OPS[op.op].flops(operands_of(op, tensors), op.attrs) for op in ops)
 
 
 def _vector_work(kernel: Kernel, workload: Workload, hw: Hardware) -> float:
     """Bytes × cost factor of the kernel's vector ops, for the roofline's compute bound."""
-    return sum(OPS[op.op].vector_work_bytes(_operands(op, workload.tensors), op.attrs)
+    return sum(OPS[op.op].vector_work_bytes(operands_of(op, workload.tensors), op.attrs)
                * hw.vector.cost_factor[OPS[op.op].cost_class] for op in kernel.epilogue)
 
-
-def _label(r: Region) -> str:
-    return f"{r.tensor}[{r.row0}:{r.row1}, {r.col0}:{r.col1}]"

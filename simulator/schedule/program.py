@@ -23,6 +23,9 @@ class Region:
     col0: int
     col1: int
 
+    def __str__(self) -> str:
+        return f"{self.tensor}[{self.row0}:{self.row1}, {self.col0}:{self.col1}]"
+
 
 @dataclass(slots=True)
 class Instr:

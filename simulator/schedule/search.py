@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 
 from ..config.workload import TilingSpec, Workload
 from ..graph.fusion import Kernel, Plan, plan_kernels
-from ..graph.ops import OPS, Operand
+from ..graph.ops import OPS, operands_of
 from .epilogue import epilogue_refusal
 from .tiling import (
     Tiling,
@@ -129,8 +129,7 @@ def kernel_bound_cycles(kernel: Kernel, workload: Workload) -> float:
     """The kernel's roofline: its Cube or vector work at peak, or its inputs and output at
     peak HBM bandwidth, whichever is longer (launch overhead not included)."""
     hw, tensors = workload.hardware, workload.tensors
-    operands = {op.name: [Operand(n, tensors[n].shape, tensors[n].dtype) for n in op.inputs]
-                for op in kernel.ops}
+    operands = {op.name: operands_of(op, tensors) for op in kernel.ops}
     cube = sum(OPS[op.op].flops(operands[op.name], op.attrs) for op in kernel.gemms) \
         / hw.peak_flops_per_cycle(tensors[kernel.gemms[0].inputs[0]].dtype)
     vector = sum(OPS[op.op].vector_work_bytes(operands[op.name], op.attrs)

@@ -65,12 +65,11 @@ class Tiling:
 
 def gemm_shape(gemms: list, tensors: dict) -> MatmulShape:
     """The shape of a kernel's GEMMs (two only when they share A and have equal shapes)."""
-    from ..graph.ops import DTYPE_BYTES, Operand, matmul_dims
+    from ..graph.ops import DTYPE_BYTES, matmul_dims, operands_of
 
     op = gemms[0]
     a, b = (tensors[name] for name in op.inputs)
-    operands = [Operand(t.name, t.shape, t.dtype) for t in (a, b)]
-    batch, m, n, k = matmul_dims(operands, op.attrs)
+    batch, m, n, k = matmul_dims(operands_of(op, tensors), op.attrs)
     return MatmulShape(m=m, n=n, k=k, a_bytes=DTYPE_BYTES[a.dtype], b_bytes=DTYPE_BYTES[b.dtype],
                        out_bytes=DTYPE_BYTES[tensors[op.output].dtype], dtype=a.dtype,
                        batch=batch, gemms=len(gemms))
