@@ -10,6 +10,7 @@ times are rounded up to whole cycles.
 from __future__ import annotations
 
 import math
+from bisect import insort
 
 import simpy
 
@@ -34,7 +35,8 @@ class SharedChannel:
         self.env = env
         self.name = name
         self.bytes_per_cycle = bytes_per_cycle
-        self.flows: list[_Flow] = []
+        self.flows: list[_Flow] = []        # in the order they started (they finish in it)
+        self.by_cap: list[_Flow] = []       # the same flows, ordered by cap for water-filling
         self.updated_at = 0
         self.version = 0
 
@@ -45,7 +47,9 @@ class SharedChannel:
             done.succeed()
             return done
         self._advance()
-        self.flows.append(_Flow(nbytes, cap_bytes_per_cycle, done))
+        flow = _Flow(nbytes, cap_bytes_per_cycle, done)
+        self.flows.append(flow)
+        insort(self.by_cap, flow, key=_cap_of)
         self._share()
         return done
 
@@ -59,17 +63,22 @@ class SharedChannel:
     def _share(self) -> None:
         """Water-fill: the most constrained flows take their cap, the rest split what is left."""
         left = self.bytes_per_cycle
-        pending = sorted(self.flows, key=lambda f: f.cap)
-        for index, flow in enumerate(pending):
-            flow.rate = min(flow.cap, left / (len(pending) - index))
-            left -= flow.rate
+        count = len(self.by_cap)
         now = self.env.now
-        for flow in self.flows:
-            flow.finish = now + max(0, math.ceil(flow.remaining / flow.rate - _EPSILON))
-        if self.flows:
+        soonest = None
+        for index, flow in enumerate(self.by_cap):
+            rate = left / (count - index)
+            if flow.cap < rate:
+                rate = flow.cap
+            left -= rate
+            flow.rate = rate
+            flow.finish = finish = now + max(0, math.ceil(flow.remaining / rate - _EPSILON))
+            if soonest is None or finish < soonest:
+                soonest = finish
+        if soonest is not None:
             self.version += 1
             version = self.version
-            timer = self.env.timeout(min(f.finish for f in self.flows) - now)
+            timer = self.env.timeout(soonest - now)
             timer.callbacks.append(lambda _event: self._on_timer(version))
 
     def _on_timer(self, version: int) -> None:
@@ -79,6 +88,11 @@ class SharedChannel:
         now = self.env.now
         finished = [f for f in self.flows if f.finish <= now]
         self.flows = [f for f in self.flows if f.finish > now]
+        self.by_cap = [f for f in self.by_cap if f.finish > now]
         for flow in finished:
             flow.done.succeed()
         self._share()
+
+
+def _cap_of(flow: _Flow) -> float:
+    return flow.cap

@@ -49,22 +49,29 @@ class L2Cache:
         self.hits = 0
         self.misses = 0
 
-    def _touch(self, region: Region):
-        """Per granule touched: its key, the cells needed, the region's bytes in it, column base."""
+    def _cut(self, region: Region):
+        """The region cut along granule boundaries: per granule row (index, the cell pattern of
+        the region's rows in it, row count); per granule column (index, sector mask, column
+        count, first column of the granule); and the tensor's columns and element bytes."""
         rows, cols, elem = self.geometry[region.tensor]
         if not (0 <= region.row0 < region.row1 <= rows and 0 <= region.col0 < region.col1 <= cols):
             raise AssertionError(f"region {region} outside tensor of {rows}x{cols}")
+        row_pieces = []
         for gr in range(region.row0 // GRANULE_ROWS, (region.row1 - 1) // GRANULE_ROWS + 1):
             r0 = max(region.row0, gr * GRANULE_ROWS)
             r1 = min(region.row1, (gr + 1) * GRANULE_ROWS)
-            row_pattern = _ROWS_OF[r1 - r0] << (_ROW_BITS * (r0 - gr * GRANULE_ROWS))
-            for gc in range(region.col0 // GRANULE_COLS, (region.col1 - 1) // GRANULE_COLS + 1):
-                base = gc * GRANULE_COLS
-                lo, hi = max(region.col0, base), min(region.col1, base + GRANULE_COLS)
-                first, last = (lo - base) // SECTOR_COLS, (hi - 1 - base) // SECTOR_COLS
-                sectors = ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
-                yield ((region.tensor, gr, gc), sectors * row_pattern, (r1 - r0) * (hi - lo) * elem,
-                       base, cols, elem)
+            row_pieces.append((gr, _ROWS_OF[r1 - r0] << (_ROW_BITS * (r0 - gr * GRANULE_ROWS)),
+                               r1 - r0))
+        col_pieces = []
+        for gc in range(region.col0 // GRANULE_COLS, (region.col1 - 1) // GRANULE_COLS + 1):
+            base = gc * GRANULE_COLS
+            lo, hi = max(region.col0, base), min(region.col1, base + GRANULE_COLS)
+            first, last = (lo - base) // SECTOR_COLS, (hi - 1 - base) // SECTOR_COLS
+            sectors = ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
+            cell = SECTOR_COLS * elem if base + GRANULE_COLS <= cols else 0  # 0: cut by the edge
+            col_pieces.append((gc, sectors, hi - lo, base, _cell_bytes(sectors, base, cols, elem),
+                               cell))
+        return row_pieces, col_pieces, cols, elem
 
     def read(self, region: Region, fill) -> tuple[int, int, list]:
         """Look a region up. Missing cells are fetched by this read, whose completion event is
@@ -72,43 +79,74 @@ class L2Cache:
         the hit part must wait for)."""
         hit_bytes = fetch_bytes = 0
         in_flight = []
-        for key, need, region_bytes, base, cols, elem in self._touch(region):
-            line = self.lines.get(key)
-            present = line.cells if line else 0
-            missing = need & ~present
-            if line:
-                self.lines.move_to_end(key)
+        lines, tensor = self.lines, region.tensor
+        row_pieces, col_pieces, cols, elem = self._cut(region)
+        for gr, row_pattern, row_count in row_pieces:
+            for gc, sectors, col_count, base, row_cell_bytes, cell in col_pieces:
+                key = (tensor, gr, gc)
+                need = sectors * row_pattern
+                line = lines.get(key)
+                if line is None:            # the common streaming case: all of it from HBM
+                    self.misses += 1
+                    fetch_bytes += row_count * row_cell_bytes
+                    line = self._fill(key, None, need, row_count * row_cell_bytes)
+                    if line is not None:
+                        line.fill = fill
+                    continue
+                lines.move_to_end(key)
+                present = line.cells
+                missing = need & ~present
                 if line.fill is not None and not line.fill.triggered and missing != need:
                     in_flight.append(line.fill)
-            if not missing:
-                self.hits += 1
-                hit_bytes += region_bytes
-                continue
-            self.misses += 1
-            hit_bytes += region_bytes * (need & present).bit_count() // need.bit_count()
-            fetch_bytes += _cell_bytes(missing, base, cols, elem)
-            line = self._fill(key, present | need, base, cols, elem)
-            if line is not None:
-                line.fill = fill
+                if not missing:
+                    self.hits += 1
+                    hit_bytes += row_count * col_count * elem
+                    continue
+                self.misses += 1
+                cells = present | need
+                if cell:
+                    fetch_bytes += missing.bit_count() * cell
+                    cells_bytes = cells.bit_count() * cell
+                else:
+                    fetch_bytes += _cell_bytes(missing, base, cols, elem)
+                    cells_bytes = _cell_bytes(cells, base, cols, elem)
+                hit_bytes += (row_count * col_count * elem * (need & present).bit_count()
+                              // need.bit_count())
+                line = self._fill(key, line, cells, cells_bytes)
+                if line is not None:
+                    line.fill = fill
         return hit_bytes, fetch_bytes, in_flight
 
     def write(self, region: Region) -> None:
         """Write-through with allocate: the written cells become present and recently used."""
-        for key, need, _bytes, base, cols, elem in self._touch(region):
-            line = self.lines.get(key)
-            self._fill(key, (line.cells if line else 0) | need, base, cols, elem)
+        lines, tensor = self.lines, region.tensor
+        row_pieces, col_pieces, cols, elem = self._cut(region)
+        for gr, row_pattern, _ in row_pieces:
+            for gc, sectors, _, base, _, _ in col_pieces:
+                key = (tensor, gr, gc)
+                line = lines.get(key)
+                cells = sectors * row_pattern
+                if line is not None:
+                    lines.move_to_end(key)
+                    cells |= line.cells
+                self._fill(key, line, cells, _cell_bytes(cells, base, cols, elem))
 
-    def _fill(self, key: tuple, cells: int, base: int, cols: int, elem: int) -> _Line | None:
-        line = self.lines.pop(key, None) or _Line()
-        self.used_bytes -= line.nbytes
-        nbytes = _cell_bytes(cells, base, cols, elem)
+    def _fill(self, key: tuple, line: _Line | None, cells: int, nbytes: int) -> _Line | None:
+        """Make `cells` (`nbytes`) of granule `key` present, evicting least recently used
+        granules. A granule already cached (`line`) has just been moved to the most recent
+        end, so the eviction, which starts at the other end, never reaches it."""
+        if line is not None:
+            self.used_bytes -= line.nbytes
         if nbytes > self.capacity_bytes:
+            if line is not None:
+                del self.lines[key]
             return None
         while self.used_bytes + nbytes > self.capacity_bytes:
             _, evicted = self.lines.popitem(last=False)
             self.used_bytes -= evicted.nbytes
+        if line is None:
+            line = self.lines[key] = _Line()
         line.cells, line.nbytes = cells, nbytes
-        self.lines[key] = line
         self.used_bytes += nbytes
         return line
 

@@ -4,14 +4,25 @@ Lifecycle: build (channels, L2) → for each kernel: launch overhead, then one
 in-order process per pipe per core → collect. Time is integer cycles. Every
 executed instruction leaves one frozen `Record`; every statistic of the
 report is derived from those records.
+
+Only HBM and L2 are shared between cores, so only transfers to or from global
+memory need the global clock. Everything else a pipe does (Cube and vector
+work, on-chip moves) depends on nothing but its own clock and the flags it
+waits on, so a pipe computes those instructions' times directly, running
+ahead of the global clock, and every flag it sets carries the cycle it
+becomes visible. A pipe yields to SimPy only to wait for a flag nobody has set
+yet or to start a global transfer at its cycle: the times are those of the
+one-process-per-pipe model, at a fraction of the events.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 from typing import NamedTuple
 
+import numpy as np
 import simpy
 
 from ..config.hardware import Hardware
@@ -53,6 +64,9 @@ class Record(NamedTuple):
     release: tuple[tuple[str, int], ...]     # slots freed at the end
 
 
+_new_record = tuple.__new__     # builds a Record from a tuple without NamedTuple's __new__
+
+
 @dataclass(frozen=True)
 class KernelSpan:
     index: int
@@ -72,18 +86,42 @@ class Trace:
 
 
 class _Flag:
-    """A counting semaphore between two pipes of one core (set_flag / wait_flag)."""
-    __slots__ = ("count", "waiters")
+    """A counting semaphore between two pipes of one core (set_flag / wait_flag). Each set
+    leaves a token stamped with the cycle it becomes visible at; one pipe sets a flag and
+    one pipe waits on it, so tokens arrive in cycle order."""
+    __slots__ = ("tokens", "waiter", "ready")
 
-    def __init__(self, count: int):
-        self.count = count
-        self.waiters: list[simpy.Event] = []
+    def __init__(self, count: int, cycle: int, ready: deque):
+        self.tokens = deque([cycle] * count)
+        self.waiter: _Pipe | None = None    # the pipe that found no token here
+        self.ready = ready                  # where its core keeps the pipes able to move
 
-    def set(self) -> None:
-        if self.waiters:
-            self.waiters.pop(0).succeed()
-        else:
-            self.count += 1
+    def set(self, cycle: int) -> None:
+        self.tokens.append(cycle)
+        if self.waiter is not None:
+            self.ready.append(self.waiter)
+            self.waiter = None
+
+
+class _Pipe:
+    """One in-order pipe of a core: its queue, the next instruction, its own clock."""
+    __slots__ = ("name", "queue", "position", "clock", "busy")
+
+    def __init__(self, name: str, queue: list[Instr], clock: int):
+        self.name, self.queue, self.position, self.clock = name, queue, 0, clock
+        self.busy = False           # a global transfer of this pipe is in flight
+
+
+class _CoreState:
+    __slots__ = ("kernel", "core", "flags", "slot_flag", "group", "pipes", "ready", "wake")
+
+    def __init__(self, kernel: int, core: CoreProgram, core_index: int, group: int, clock: int):
+        self.kernel, self.core, self.group = kernel, core_index, group  # group: occupancy row
+        self.pipes = [_Pipe(name, queue, clock) for name, queue in core.queues.items() if queue]
+        self.ready = deque(self.pipes)             # pipes that may be able to move
+        self.flags = [_Flag(n, clock, self.ready) for n in core.flag_initial]
+        self.slot_flag = [cause == "buffer_slot" for cause in core.flag_cause]
+        self.wake: simpy.Event | None = None       # the core sleeps on it until a transfer lands
 
 
 class World:
@@ -96,7 +134,10 @@ class World:
         self.l2 = L2Cache(hw.memories["L2"].capacity_bytes, program.tensor_geometry)
         self.records: list[Record] = []
         self.spans: list[KernelSpan] = []
-        self.peak_occupancy = {name: 0 for name in hw.buffer_bytes}
+        self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
+        self.max_cores = max((len(k.cores) for k in program.kernels), default=1)
+        # (kernel/core/buffer group, 2 x cycle + 1 for a take, bytes taken or -freed)
+        self.occupancy_changes: list[tuple[int, int, int]] = []
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
                        for path, rate in engine.path_bytes_per_cycle.items()}
@@ -124,7 +165,7 @@ class World:
                     "long, or look for a schedule that never finishes")
             raise InvariantError(self.diagnose_deadlock())
         return Trace(self.records, self.spans, int(self.env.now), self.l2.hits, self.l2.misses,
-                     dict(self.peak_occupancy), executed)
+                     self._peak_occupancy(), executed)
 
     def diagnose_deadlock(self) -> str:
         """Which pipes wait on which flag, and which instruction would have set it."""
@@ -148,65 +189,136 @@ class World:
         for index, kernel in enumerate(self.program.kernels):
             start = self.env.now
             yield self.env.timeout(self.hw.launch_overhead_cycles)
-            pipes = []
-            for core_index, core in enumerate(kernel.cores):
-                flags = [_Flag(n) for n in core.flag_initial]
-                occupancy = dict.fromkeys(self.hw.buffer_bytes, 0)
-                for pipe, queue in core.queues.items():
-                    if queue:
-                        pipes.append(self.env.process(
-                            self._pipe(index, core_index, pipe, queue, core, flags, occupancy)))
-            yield self.env.all_of(pipes)
+            cores = [self.env.process(self._core(index, core_index, core))
+                     for core_index, core in enumerate(kernel.cores)]
+            yield self.env.all_of(cores)
+            end = max((c.value for c in cores), default=self.env.now)
+            if end > self.env.now:
+                yield self.env.timeout(end - self.env.now)
             self.spans.append(KernelSpan(index, start, int(self.env.now)))
 
-    def _pipe(self, kernel: int, core_index: int, pipe: str, queue: list[Instr],
-              core: CoreProgram, flags: list[_Flag], occupancy: dict[str, int]):
+    def _core(self, kernel: int, core_index: int, core: CoreProgram):
+        """Run every pipe of one core; return the cycle the last one finished.
+
+        A pipe able to move runs until it needs a flag nobody has set yet (it waits there
+        until a set puts it back among the ready) or starts a global transfer (handed to
+        its own process; the pipe is busy until it lands). With no pipe ready, the core
+        sleeps until a transfer lands.
+        """
         env = self.env
-        slot_flag = [cause == "buffer_slot" for cause in core.flag_cause]
-        for position, instr in enumerate(queue):
+        group = (kernel * self.max_cores + core_index) * len(self.buffers)
+        state = _CoreState(kernel, core, core_index, group, int(env.now))
+        while True:
+            while state.ready:
+                self._advance(state, state.ready.popleft())
+            if all(pipe.position == len(pipe.queue) for pipe in state.pipes):
+                return max((pipe.clock for pipe in state.pipes), default=int(env.now))
+            if not any(pipe.busy for pipe in state.pipes):
+                for flag_id, flag in enumerate(state.flags):
+                    if flag.waiter is not None:
+                        self.waiting[(kernel, core_index, flag.waiter.name)] = (
+                            flag.waiter.position, flag_id)
+                yield env.event()   # never fires: the run stops, and the deadlock is diagnosed
+            state.wake = env.event()
+            yield state.wake
+
+    def _advance(self, state: _CoreState, pipe: _Pipe) -> None:
+        """Run `pipe` until it needs a flag nobody has set yet or starts a global transfer."""
+        flags, queue = state.flags, pipe.queue
+        while pipe.position < len(queue):
+            instr = queue[pipe.position]
+            waits, taken = instr.waits, []
+            for flag_id in waits:
+                tokens = flags[flag_id].tokens
+                if not tokens:      # wait here; give back what was taken (nothing, mostly)
+                    for other, ready in zip(reversed(waits[:len(taken)]), reversed(taken)):
+                        flags[other].tokens.appendleft(ready)
+                    flags[flag_id].waiter = pipe
+                    return
+                taken.append(tokens.popleft())
+            start = pipe.clock
             wait_data = wait_slot = 0
-            for flag_id in instr.waits:
-                flag = flags[flag_id]
-                if flag.count:
-                    flag.count -= 1
-                    continue
-                event = env.event()
-                flag.waiters.append(event)
-                since = env.now
-                self.waiting[(kernel, core_index, pipe)] = (position, flag_id)
-                yield event
-                del self.waiting[(kernel, core_index, pipe)]
-                if slot_flag[flag_id]:
-                    wait_slot += env.now - since
-                else:
-                    wait_data += env.now - since
-            start = env.now
-            if instr.acquire:
-                buffer, nbytes = instr.acquire
-                occupancy[buffer] += nbytes
-                if occupancy[buffer] > self.hw.buffer_bytes[buffer]:
-                    raise InvariantError(f"{buffer} of core {core_index} holds "
-                                         f"{occupancy[buffer]} B > capacity")
-                self.peak_occupancy[buffer] = max(self.peak_occupancy[buffer], occupancy[buffer])
-            hit_bytes = hbm_bytes = bandwidth_wait = 0
+            for flag_id, ready in zip(waits, taken):
+                if ready > start:
+                    if state.slot_flag[flag_id]:
+                        wait_slot += ready - start
+                    else:
+                        wait_data += ready - start
+                    start = ready
+            if instr.region is not None:    # global memory: at its cycle on the global clock
+                pipe.busy = True
+                self.env.process(self._global(state, pipe, instr, start, wait_data, wait_slot))
+                return
             if instr.src is None:
-                yield env.timeout(instr.cycles)
-            elif instr.region is None:      # on-chip move: start latency, then the engine's rate
+                end = start + instr.cycles
+            else:                           # on-chip move: start latency, then the engine's rate
                 latency, rate = self.routes[(instr.src, instr.dst)]
-                yield env.timeout(latency + math.ceil(instr.nbytes / rate))
-            else:
-                hit_bytes, hbm_bytes, ideal = yield from self._transfer(instr)
-                bandwidth_wait = env.now - start - ideal
-            for flag_id in instr.sets:
-                flags[flag_id].set()
-            for buffer, nbytes in instr.release:
-                occupancy[buffer] -= nbytes
-            self.records.append(Record(
-                kernel, core_index, pipe, instr.label, start, env.now, wait_data,
-                wait_slot, bandwidth_wait, instr.src, instr.dst, instr.nbytes,
-                instr.reads, instr.writes, hit_bytes, hbm_bytes,
-                instr.region.tensor if instr.region else None, instr.acquire,
-                tuple(instr.release)))
+                end = start + latency + math.ceil(instr.nbytes / rate)
+            self._retire(state, pipe, instr, start, end, wait_data, wait_slot, 0, 0, 0)
+
+    def _global(self, state: _CoreState, pipe: _Pipe, instr: Instr, start: int,
+                wait_data: int, wait_slot: int):
+        if start < self.env.now:
+            raise InvariantError(f"{instr.label} would start at cycle {start}, "
+                                 f"before the global clock ({self.env.now})")
+        if start > self.env.now:
+            yield self.env.timeout(start - self.env.now)
+        hit_bytes, hbm_bytes, ideal = yield from self._transfer(instr)
+        end = int(self.env.now)
+        self._retire(state, pipe, instr, start, end, wait_data, wait_slot, end - start - ideal,
+                     hit_bytes, hbm_bytes)
+        pipe.busy = False
+        state.ready.append(pipe)
+        if state.wake is not None:
+            wake, state.wake = state.wake, None
+            wake.succeed()
+
+    def _retire(self, state: _CoreState, pipe: _Pipe, instr: Instr, start: int, end: int,
+                wait_data: int, wait_slot: int, bandwidth_wait: int, hit_bytes: int,
+                hbm_bytes: int) -> None:
+        """An instruction is done: set its flags, free its slots, leave its record."""
+        for flag_id in instr.sets:
+            state.flags[flag_id].set(end)
+        if instr.acquire:
+            buffer, nbytes = instr.acquire
+            self.occupancy_changes.append((state.group + self.buffers[buffer], 2 * start + 1,
+                                           nbytes))
+        for buffer, nbytes in instr.release:
+            self.occupancy_changes.append((state.group + self.buffers[buffer], 2 * end, -nbytes))
+        self.records.append(_new_record(Record, (
+            state.kernel, state.core, pipe.name, instr.label, start, end, wait_data, wait_slot,
+            bandwidth_wait, instr.src, instr.dst, instr.nbytes, instr.reads, instr.writes,
+            hit_bytes, hbm_bytes, instr.region.tensor if instr.region else None, instr.acquire,
+            tuple(instr.release))))
+        pipe.position += 1
+        pipe.clock = end
+
+    def _peak_occupancy(self) -> dict[str, int]:
+        """The most bytes each buffer held on any core of any kernel, from every slot taken
+        and freed (at one cycle, frees count before takes); above capacity is a bug."""
+        peak = dict.fromkeys(self.buffers, 0)
+        if not self.occupancy_changes:
+            return peak
+        changes = np.array(self.occupancy_changes, dtype=np.int64)
+        groups, times, deltas = changes[:, 0], changes[:, 1], changes[:, 2]
+        order = np.lexsort((times, groups))
+        groups, held = groups[order], np.cumsum(deltas[order])
+        first = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
+        before = np.r_[0, held[first[1:] - 1]]                 # the running sum each group inherits
+        held -= np.repeat(before, np.diff(np.r_[first, len(groups)]))
+        names = list(self.buffers)
+        for buffer, index in self.buffers.items():
+            mine = groups % len(names) == index
+            if not mine.any():
+                continue
+            at = int(np.argmax(np.where(mine, held, np.iinfo(np.int64).min)))
+            peak[buffer] = int(held[at])
+            if peak[buffer] > self.hw.buffer_bytes[buffer]:
+                kernel, core = divmod(int(groups[at]) // len(names), self.max_cores)
+                raise InvariantError(f"{buffer} of core {core} in kernel {kernel} holds "
+                                     f"{peak[buffer]} B > capacity "
+                                     f"{self.hw.buffer_bytes[buffer]} B")
+        return peak
 
     def _transfer(self, instr: Instr):
         """A transfer to or from global memory: latency, then its bytes over each shared
