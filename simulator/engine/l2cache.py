@@ -1,10 +1,13 @@
 """The L2 as a tile-granularity LRU cache in front of HBM.
 
 Tensors are viewed as 2-D (rows × last dim) and cut into granules of
-GRANULE_ROWS rows × GRANULE_COLS columns. Inside a granule, presence is kept
+`granule_rows` rows × GRANULE_COLS columns. Inside a granule, presence is kept
 per cell (one row × SECTOR_COLS columns) as one bit of a Python int, so a
 lookup or a fill is a handful of integer operations whatever the region's
-shape. This is a modelling granularity, not a hardware figure.
+shape. This is a modelling granularity, not a hardware figure: bytes are
+counted per cell whatever the granule, and the granule (16 to 64 rows) is as
+tall as lets the L2 still hold MIN_GRANULES of them, so that eviction stays
+fine-grained while a large L2 needs fewer lookups per transfer.
 
 A read hits on the cells present and fetches the missing ones from HBM
 (whole cells: at most SECTOR_COLS - 1 extra elements at each end of a row). A
@@ -20,15 +23,25 @@ from functools import lru_cache
 
 from ..schedule.program import Region
 
-GRANULE_ROWS = 16
+MIN_GRANULE_ROWS, MAX_GRANULE_ROWS = 16, 64
+MIN_GRANULES = 1024             # of 2-byte elements, when the L2 is large enough
 SECTOR_COLS = 16
 SECTORS = 16
 GRANULE_COLS = SECTOR_COLS * SECTORS
 _ROW_BITS = SECTORS
 # _ROWS_OF[n]: the bit pattern that repeats a one-row sector mask over n rows
-_ROWS_OF = [sum(1 << (_ROW_BITS * r) for r in range(n)) for n in range(GRANULE_ROWS + 1)]
-# _COLUMN_OF[s]: the bits of sector s in every row of a granule
-_COLUMN_OF = [_ROWS_OF[GRANULE_ROWS] << s for s in range(SECTORS)]
+_ROWS_OF = [sum(1 << (_ROW_BITS * r) for r in range(n)) for n in range(MAX_GRANULE_ROWS + 1)]
+# _COLUMN_OF[s]: the bits of sector s in every row of a granule (of any height)
+_COLUMN_OF = [_ROWS_OF[MAX_GRANULE_ROWS] << s for s in range(SECTORS)]
+
+
+def granule_rows(capacity_bytes: int) -> int:
+    """The granule height for an L2 of `capacity_bytes` (see the module docstring)."""
+    rows = MIN_GRANULE_ROWS
+    while rows < MAX_GRANULE_ROWS and capacity_bytes // (2 * rows * GRANULE_COLS * 2) \
+            >= MIN_GRANULES:
+        rows *= 2
+    return rows
 
 
 class _Line:
@@ -44,6 +57,7 @@ class L2Cache:
     def __init__(self, capacity_bytes: int, geometry: dict[str, tuple[int, int, int]]):
         self.capacity_bytes = capacity_bytes
         self.geometry = geometry
+        self.granule_rows = granule_rows(capacity_bytes)
         self.lines: OrderedDict[tuple, _Line] = OrderedDict()
         self.used_bytes = 0
         self.hits = 0
@@ -56,12 +70,10 @@ class L2Cache:
         rows, cols, elem = self.geometry[region.tensor]
         if not (0 <= region.row0 < region.row1 <= rows and 0 <= region.col0 < region.col1 <= cols):
             raise AssertionError(f"region {region} outside tensor of {rows}x{cols}")
-        row_pieces = []
-        for gr in range(region.row0 // GRANULE_ROWS, (region.row1 - 1) // GRANULE_ROWS + 1):
-            r0 = max(region.row0, gr * GRANULE_ROWS)
-            r1 = min(region.row1, (gr + 1) * GRANULE_ROWS)
-            row_pieces.append((gr, _ROWS_OF[r1 - r0] << (_ROW_BITS * (r0 - gr * GRANULE_ROWS)),
-                               r1 - r0))
+        row_pieces, height = [], self.granule_rows
+        for gr in range(region.row0 // height, (region.row1 - 1) // height + 1):
+            r0, r1 = max(region.row0, gr * height), min(region.row1, (gr + 1) * height)
+            row_pieces.append((gr, _ROWS_OF[r1 - r0] << (_ROW_BITS * (r0 - gr * height)), r1 - r0))
         col_pieces = []
         for gc in range(region.col0 // GRANULE_COLS, (region.col1 - 1) // GRANULE_COLS + 1):
             base = gc * GRANULE_COLS

@@ -89,18 +89,26 @@ class _Flag:
     """A counting semaphore between two pipes of one core (set_flag / wait_flag). Each set
     leaves a token stamped with the cycle it becomes visible at; one pipe sets a flag and
     one pipe waits on it, so tokens arrive in cycle order."""
-    __slots__ = ("tokens", "waiter", "ready")
+    __slots__ = ("tokens", "waiter")
 
-    def __init__(self, count: int, cycle: int, ready: deque):
+    def __init__(self, count: int, cycle: int):
         self.tokens = deque([cycle] * count)
         self.waiter: _Pipe | None = None    # the pipe that found no token here
-        self.ready = ready                  # where its core keeps the pipes able to move
 
-    def set(self, cycle: int) -> None:
-        self.tokens.append(cycle)
-        if self.waiter is not None:
-            self.ready.append(self.waiter)
-            self.waiter = None
+
+def _take_tokens(flags: list[_Flag], waits: list[int], pipe: _Pipe) -> list[int] | None:
+    """The oldest token of each flag waited on (a flag waited on twice gives two), or None
+    if one is missing: then nothing is taken and `pipe` waits on that flag."""
+    readies = []
+    for flag_id in waits:
+        tokens = flags[flag_id].tokens
+        if not tokens:
+            for other, ready in zip(reversed(waits[:len(readies)]), reversed(readies)):
+                flags[other].tokens.appendleft(ready)
+            flags[flag_id].waiter = pipe
+            return None
+        readies.append(tokens.popleft())
+    return readies
 
 
 class _Pipe:
@@ -119,7 +127,7 @@ class _CoreState:
         self.kernel, self.core, self.group = kernel, core_index, group  # group: occupancy row
         self.pipes = [_Pipe(name, queue, clock) for name, queue in core.queues.items() if queue]
         self.ready = deque(self.pipes)             # pipes that may be able to move
-        self.flags = [_Flag(n, clock, self.ready) for n in core.flag_initial]
+        self.flags = [_Flag(n, clock) for n in core.flag_initial]
         self.slot_flag = [cause == "buffer_slot" for cause in core.flag_cause]
         self.wake: simpy.Event | None = None       # the core sleeps on it until a transfer lands
 
@@ -224,23 +232,18 @@ class World:
 
     def _advance(self, state: _CoreState, pipe: _Pipe) -> None:
         """Run `pipe` until it needs a flag nobody has set yet or starts a global transfer."""
-        flags, queue = state.flags, pipe.queue
+        flags, slot_flag, queue, routes = state.flags, state.slot_flag, pipe.queue, self.routes
         while pipe.position < len(queue):
             instr = queue[pipe.position]
-            waits, taken = instr.waits, []
-            for flag_id in waits:
-                tokens = flags[flag_id].tokens
-                if not tokens:      # wait here; give back what was taken (nothing, mostly)
-                    for other, ready in zip(reversed(waits[:len(taken)]), reversed(taken)):
-                        flags[other].tokens.appendleft(ready)
-                    flags[flag_id].waiter = pipe
-                    return
-                taken.append(tokens.popleft())
+            waits = instr.waits
+            readies = _take_tokens(flags, waits, pipe)
+            if readies is None:
+                return
             start = pipe.clock
             wait_data = wait_slot = 0
-            for flag_id, ready in zip(waits, taken):
+            for flag_id, ready in zip(waits, readies):
                 if ready > start:
-                    if state.slot_flag[flag_id]:
+                    if slot_flag[flag_id]:
                         wait_slot += ready - start
                     else:
                         wait_data += ready - start
@@ -252,7 +255,7 @@ class World:
             if instr.src is None:
                 end = start + instr.cycles
             else:                           # on-chip move: start latency, then the engine's rate
-                latency, rate = self.routes[(instr.src, instr.dst)]
+                latency, rate = routes[(instr.src, instr.dst)]
                 end = start + latency + math.ceil(instr.nbytes / rate)
             self._retire(state, pipe, instr, start, end, wait_data, wait_slot, 0, 0, 0)
 
@@ -277,8 +280,12 @@ class World:
                 wait_data: int, wait_slot: int, bandwidth_wait: int, hit_bytes: int,
                 hbm_bytes: int) -> None:
         """An instruction is done: set its flags, free its slots, leave its record."""
-        for flag_id in instr.sets:
-            state.flags[flag_id].set(end)
+        for flag_id in instr.sets:      # set_flag: a token at `end`; wake the pipe waiting
+            flag = state.flags[flag_id]
+            flag.tokens.append(end)
+            if flag.waiter is not None:
+                state.ready.append(flag.waiter)
+                flag.waiter = None
         if instr.acquire:
             buffer, nbytes = instr.acquire
             self.occupancy_changes.append((state.group + self.buffers[buffer], 2 * start + 1,

@@ -100,7 +100,7 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
     core_b = -(-shape.batch // t.split_b)
     core_m = single_core_extent(shape.m, t.split_m, fm)
     core_n = single_core_extent(shape.n, t.split_n, fn)
-    cores = []
+    cores, chunks = [], {}
     for cb in range(t.split_b):
         for cm in range(t.split_m):
             for cn in range(t.split_n):
@@ -108,7 +108,7 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
                 m0, m1 = cm * core_m, min(shape.m, (cm + 1) * core_m)
                 n0, n1 = cn * core_n, min(shape.n, (cn + 1) * core_n)
                 if b0 < b1 and m0 < m1 and n0 < n1:
-                    cores.append(_MatmulCore(kernel, workload, hw, shape, t).emit(
+                    cores.append(_MatmulCore(kernel, workload, hw, shape, t, chunks).emit(
                         range(b0, b1), (m0, m1), (n0, n1)))
     ins = {name for op in kernel.ops for name in op.inputs} - {op.output for op in kernel.ops}
     plan = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
@@ -145,8 +145,9 @@ class _MatmulCore:
     """The program of one core of a matmul kernel."""
 
     def __init__(self, kernel: Kernel, workload: Workload, hw: Hardware, shape: MatmulShape,
-                 t: Tiling):
+                 t: Tiling, chunks: dict):
         self.kernel, self.workload, self.hw, self.shape, self.t = kernel, workload, hw, shape, t
+        self.chunks = chunks        # the K chunks built so far by any core of this kernel
         self.fractal = hw.cube.fractal[shape.dtype]
         self.tensors = workload.tensors
         gemm = kernel.gemms[0]
@@ -155,6 +156,8 @@ class _MatmulCore:
         self.transpose_a = gemm.attrs.get("transpose_a", False)
         self.bs = [(op.inputs[1], self.tensors[op.inputs[1]].shape,
                     op.attrs.get("transpose_b", False), op.output) for op in kernel.gemms]
+        g = len(self.bs)
+        self.side_names = ["A"] + (["B"] if g == 1 else [f"B{i}" for i in range(g)])
 
     def emit(self, batches: range, m_range: tuple[int, int], n_range: tuple[int, int]):
         t, shape = self.t, self.shape
@@ -203,10 +206,8 @@ class _MatmulCore:
         return steps
 
     def _emit_steps(self, steps: list, n0: int, n1: int) -> None:
-        t, shape, core = self.t, self.shape, self.core
-        fm, fn, fk = self.fractal
+        core = self.core
         l1 = [self.l1_a, *self.l1_b]
-        names = ["A"] + (["B"] if len(self.l1_b) == 1 else [f"B{i}" for i in range(len(self.l1_b))])
         last_use = {}
         for side in range(len(l1)):
             current = None
@@ -215,61 +216,95 @@ class _MatmulCore:
                     current = index
                 last_use[(side, current)] = index
         slot_of = {}
-        acc_slots = None
+        acc_slots = []
         for index, (b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh) in enumerate(steps):
             rows, cols = bm1 - bm, bn1 - bn
             for side, region in enumerate(keys):
                 if fresh[side]:
-                    elem = shape.a_bytes if side == 0 else shape.b_bytes
-                    load = transfer("MTE2", f"load {names[side]} {region}", "HBM", "L1",
-                                    (region.row1 - region.row0) * (region.col1 - region.col0)
-                                    * elem, region)
+                    elem = self.shape.a_bytes if side == 0 else self.shape.b_bytes
+                    load = transfer("MTE2", f"load {self.side_names[side]} {region}", "HBM",
+                                    "L1", (region.row1 - region.row0)
+                                    * (region.col1 - region.col0) * elem, region)
                     slot_of[side] = (l1[side].fill(load), index)
                     core.emit(load)
-            starts = range(kc, kc1, t.base_k)
-            for kb_index, kb in enumerate(starts):
-                depth = min(kc1, kb + t.base_k) - kb
-                a_bytes = round_up(rows, fm) * round_up(depth, fk) * shape.a_bytes
-                b_bytes = round_up(depth, fk) * round_up(cols, fn) * shape.b_bytes
-                moved = []
-                for side, (ring, nbytes) in enumerate(
-                        [(self.l0_a, a_bytes), *((r, b_bytes) for r in self.l0_b)]):
-                    move = transfer("MTE1", f"move {names[side]} k{kb}", "L1", ring.buffer,
-                                    nbytes)
-                    slot, loaded_at = slot_of[side]
-                    if kb_index == 0 and loaded_at == index:
-                        l1[side].first_use(move, slot)
-                    if kb_index == len(starts) - 1 and last_use[(side, loaded_at)] == index:
-                        l1[side].last_use(move, slot)
-                    moved.append((ring, ring.fill(move)))
-                    core.emit(move)
-                first_k, last_k = kb == 0, kb_index == len(starts) - 1 and kc1 == shape.k
-                if first_k:
-                    acc_slots = []
-                for gemm, acc in enumerate(self.l0_c):
-                    mmad = Instr("CUBE", f"mmad {rows}x{cols}x{depth}", cycles=(
-                        self.hw.cube.latency_cycles + cube_cycles(round_up(rows, fm),
-                                                                  round_up(cols, fn), depth,
-                                                                  self.fractal)),
-                        reads=(("L0A", a_bytes), ("L0B", b_bytes)),
-                        writes=(("L0C", round_up(rows, fm) * round_up(cols, fn)
-                                 * ACCUMULATOR_BYTES),))
-                    # every GEMM reads the one A block; each reads its own B block
-                    (a_ring, a_slot), (b_ring, b_slot) = moved[0], moved[1 + gemm]
-                    if gemm == 0:
-                        a_ring.first_use(mmad, a_slot)
-                    if gemm == len(self.l0_c) - 1:
-                        a_ring.last_use(mmad, a_slot)
-                    b_ring.first_use(mmad, b_slot)
-                    b_ring.last_use(mmad, b_slot)
-                    if first_k:
-                        acc_slots.append(acc.fill(mmad))
-                        mmad.sets.remove(acc.ready[acc_slots[gemm]])  # ready after the last k
-                    if last_k:
-                        mmad.sets.append(acc.ready[acc_slots[gemm]])
-                    core.emit(mmad)
-            if kc1 == shape.k:
+            # per L1 side: its slot, and whether this chunk is the slot's first or last use
+            sides = tuple((slot, loaded_at == index, last_use[(side, loaded_at)] == index)
+                          for side, (slot, loaded_at) in sorted(slot_of.items()))
+            acc_slots = self._chunk(rows, cols, kc, kc1, sides, acc_slots)
+            if kc1 == self.shape.k:
                 self._drain(b, bm, rows, bn, cols, acc_slots, n0, n1)
+
+    def _chunk(self, rows: int, cols: int, kc: int, kc1: int, sides: tuple,
+               acc_slots: list[int]) -> list[int]:
+        """Emit the MTE1 moves and Cube mmads of one K chunk of one block; return the
+        accumulator slots. A chunk identical to one built before (same block shape, K range,
+        slots and ring positions, on this core or another of the kernel) reuses its
+        instructions: every core numbers its flags alike, and the engine never changes an
+        instruction."""
+        rings = [self.l0_a, *self.l0_b, *self.l0_c]
+        key = (rows, cols, kc, kc1, sides, tuple(ring.next for ring in rings),
+               tuple(acc_slots) if kc else None)
+        built = self.chunks.get(key)
+        if built is None:
+            moves, mmads, acc_slots = self._build_chunk(rows, cols, kc, kc1, sides, acc_slots)
+            built = self.chunks[key] = (moves, mmads, acc_slots,
+                                        tuple(ring.next for ring in rings))
+        moves, mmads, acc_slots, ring_next = built
+        self.core.queues["MTE1"].extend(moves)
+        self.core.queues["CUBE"].extend(mmads)
+        for ring, position in zip(rings, ring_next):
+            ring.next = position
+        return list(acc_slots)
+
+    def _build_chunk(self, rows: int, cols: int, kc: int, kc1: int, sides: tuple,
+                     acc_slots: list[int]) -> tuple[list[Instr], list[Instr], list[int]]:
+        t, shape = self.t, self.shape
+        fm, fn, fk = self.fractal
+        l1 = [self.l1_a, *self.l1_b]
+        moves, mmads = [], []
+        starts = range(kc, kc1, t.base_k)
+        for kb_index, kb in enumerate(starts):
+            depth = min(kc1, kb + t.base_k) - kb
+            a_bytes = round_up(rows, fm) * round_up(depth, fk) * shape.a_bytes
+            b_bytes = round_up(depth, fk) * round_up(cols, fn) * shape.b_bytes
+            moved = []
+            for side, (ring, nbytes) in enumerate(
+                    [(self.l0_a, a_bytes), *((r, b_bytes) for r in self.l0_b)]):
+                move = transfer("MTE1", f"move {self.side_names[side]} k{kb}", "L1",
+                                ring.buffer, nbytes)
+                slot, first_use, last_use = sides[side]
+                if kb_index == 0 and first_use:
+                    l1[side].first_use(move, slot)
+                if kb_index == len(starts) - 1 and last_use:
+                    l1[side].last_use(move, slot)
+                moved.append((ring, ring.fill(move)))
+                moves.append(move)
+            first_k, last_k = kb == 0, kb_index == len(starts) - 1 and kc1 == shape.k
+            if first_k:
+                acc_slots = []
+            for gemm, acc in enumerate(self.l0_c):
+                mmad = Instr("CUBE", f"mmad {rows}x{cols}x{depth}", cycles=(
+                    self.hw.cube.latency_cycles + cube_cycles(round_up(rows, fm),
+                                                              round_up(cols, fn), depth,
+                                                              self.fractal)),
+                    reads=(("L0A", a_bytes), ("L0B", b_bytes)),
+                    writes=(("L0C", round_up(rows, fm) * round_up(cols, fn)
+                             * ACCUMULATOR_BYTES),))
+                # every GEMM reads the one A block; each reads its own B block
+                (a_ring, a_slot), (b_ring, b_slot) = moved[0], moved[1 + gemm]
+                if gemm == 0:
+                    a_ring.first_use(mmad, a_slot)
+                if gemm == len(self.l0_c) - 1:
+                    a_ring.last_use(mmad, a_slot)
+                b_ring.first_use(mmad, b_slot)
+                b_ring.last_use(mmad, b_slot)
+                if first_k:
+                    acc_slots.append(acc.fill(mmad))
+                    mmad.sets.remove(acc.ready[acc_slots[gemm]])  # ready after the last k
+                if last_k:
+                    mmad.sets.append(acc.ready[acc_slots[gemm]])
+                mmads.append(mmad)
+        return moves, mmads, acc_slots
 
     def _drain(self, b: int, bm: int, rows: int, bn: int, cols: int, acc_slots: list,
                n0: int, n1: int) -> None:

@@ -44,9 +44,10 @@ def render_report(report) -> str:
     for level, t in d["traffic"].items():
         extra = ""
         if level == "L2":
+            global_read = t["read_bytes"] + d["traffic"]["HBM"]["read_bytes"]
             lookups = t["hits"] + t["misses"]
-            extra = f"   {t['hits']:,} hits / {t['misses']:,} misses" + (
-                f" ({t['hits'] / lookups * 100:.1f}% hit)" if lookups else "")
+            extra = (f"   {t['read_bytes'] / global_read * 100:.1f}% of global reads hit "
+                     f"({t['hits']:,} of {lookups:,} lookups)" if global_read else "")
         lines.append(f"  {level:<6} {fmt_bytes(t['read_bytes']):>11}  "
                      f"{fmt_bytes(t['write_bytes']):>11}{extra}")
     roles: dict[str, list[int]] = {}
