@@ -21,6 +21,7 @@ from .roofline import Roofline, roofline
 #   shared_bandwidth  a transfer taking longer than its engine alone would: sharing HBM/L2
 #                     with other transfers, or waiting for another core's fetch of the same data
 STALL_CAUSES = ("data", "buffer_slot", "shared_bandwidth")
+LEVELS = ("HBM", "L2", *BUFFERS)
 # Fraction of the simulated time under which neither compute nor HBM is the limit.
 LATENCY_BOUND_BELOW = 0.5
 UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}
@@ -75,17 +76,19 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     time_s = cycles / hw.clock_hz
     hbm = hw.memories["HBM"]
 
-    traffic = _traffic(trace.records)
-    traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses)
-    _check_invariants(trace, program, bound, traffic)
     busy = {pipe: 0 for pipe in PIPES}
     stalls = {pipe: dict.fromkeys(STALL_CAUSES, 0) for pipe in PIPES}
+    per_tensor = {name: {"role": role, "bytes": nbytes, "hbm_read_bytes": 0, "l2_read_bytes": 0,
+                         "hbm_write_bytes": 0} for name, (role, nbytes) in
+                  program.tensor_roles.items()}
+    records_of = [[] for _ in program.kernels]
     for r in trace.records:
-        busy[r.pipe] += r.end_cycle - r.start_cycle
-        stall = stalls[r.pipe]
-        stall["data"] += r.wait_data_cycles
-        stall["buffer_slot"] += r.wait_slot_cycles
-        stall["shared_bandwidth"] += r.wait_bandwidth_cycles
+        records_of[r.kernel].append(r)
+    kernel_traffic = [_tally(records, busy, stalls, per_tensor) for records in records_of]
+    traffic = {level: {key: sum(t[level][key] for t in kernel_traffic)
+                       for key in ("read_bytes", "write_bytes")} for level in LEVELS}
+    traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses)
+    _check_invariants(trace, program, bound, traffic)
     core_cycles = cycles * hw.cores
     utilization = {UNIT_OF_PIPE.get(p, p): busy[p] / core_cycles for p in PIPES}
     hbm_bytes = traffic["HBM"]["read_bytes"] + traffic["HBM"]["write_bytes"]
@@ -102,30 +105,18 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     else:
         bound_kind = "compute" if compute_share >= memory_share else "memory"
 
-    per_tensor = {name: {"role": role, "bytes": nbytes, "hbm_read_bytes": 0, "l2_read_bytes": 0,
-                         "hbm_write_bytes": 0} for name, (role, nbytes) in
-                  program.tensor_roles.items()}
-    for r in trace.records:
-        if r.tensor in per_tensor:
-            entry = per_tensor[r.tensor]
-            if r.src == "HBM":
-                entry["hbm_read_bytes"] += r.hbm_bytes
-                entry["l2_read_bytes"] += r.l2_hit_bytes
-            elif r.dst == "HBM":
-                entry["hbm_write_bytes"] += r.nbytes
     middle = [e for e in per_tensor.values() if e["role"] == "intermediate"]
     intermediates = {key: sum(e[key] for e in middle) for key in
                      ("bytes", "hbm_write_bytes", "hbm_read_bytes", "l2_read_bytes")}
 
     kernels = []
     for span, kernel in zip(trace.kernels, program.kernels):
-        records = [r for r in trace.records if r.kernel == span.index]
         kernels.append({
             "name": kernel.name, "ops": list(kernel.ops), "fused": kernel.fused,
             "unit": kernel.unit, "cycles": span.end_cycle - span.start_cycle,
             "launch_cycles": hw.launch_overhead_cycles, "flops": kernel.flops,
             "roofline_cycles": bound.per_kernel[span.index],
-            "traffic": _traffic(records), "tiling": kernel.tiling,
+            "traffic": kernel_traffic[span.index], "tiling": kernel.tiling,
             "cores_used": len(kernel.cores), "instructions": kernel.instruction_count,
             "buffer_plan_bytes": kernel.buffer_plan_bytes,
         })
@@ -177,11 +168,13 @@ def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: 
                              f"results are {written} B: bytes were lost or duplicated")
 
 
-def _traffic(records) -> dict[str, dict[str, int]]:
-    """Bytes read from and written to each level. A global read is split into the bytes
-    L2 served and the bytes fetched from HBM (which also fill L2); a write goes through
-    to HBM and allocates in L2."""
-    traffic = {level: {"read_bytes": 0, "write_bytes": 0} for level in ("HBM", "L2", *BUFFERS)}
+def _tally(records, busy: dict, stalls: dict, per_tensor: dict) -> dict[str, dict[str, int]]:
+    """One walk over one kernel's records: returns the bytes read from and written to each
+    level, and adds to the busy cycles and stalls per pipe and the traffic per tensor.
+
+    A global read is split into the bytes L2 served and the bytes fetched from HBM (which
+    also fill L2); a write goes through to HBM and allocates in L2."""
+    traffic = {level: {"read_bytes": 0, "write_bytes": 0} for level in LEVELS}
     for r in records:
         for level, nbytes in r.reads:
             if level == "HBM":
@@ -194,6 +187,18 @@ def _traffic(records) -> dict[str, dict[str, int]]:
             traffic[level]["write_bytes"] += nbytes
             if level == "HBM":
                 traffic["L2"]["write_bytes"] += nbytes
+        busy[r.pipe] += r.end_cycle - r.start_cycle
+        stall = stalls[r.pipe]
+        stall["data"] += r.wait_data_cycles
+        stall["buffer_slot"] += r.wait_slot_cycles
+        stall["shared_bandwidth"] += r.wait_bandwidth_cycles
+        if r.tensor in per_tensor:
+            entry = per_tensor[r.tensor]
+            if r.src == "HBM":
+                entry["hbm_read_bytes"] += r.hbm_bytes
+                entry["l2_read_bytes"] += r.l2_hit_bytes
+            elif r.dst == "HBM":
+                entry["hbm_write_bytes"] += r.nbytes
     return traffic
 
 

@@ -17,6 +17,7 @@ one-process-per-pipe model, at a fraction of the events.
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -113,23 +114,26 @@ def _take_tokens(flags: list[_Flag], waits: list[int], pipe: _Pipe) -> list[int]
 
 class _Pipe:
     """One in-order pipe of a core: its queue, the next instruction, its own clock."""
-    __slots__ = ("name", "queue", "position", "clock", "busy")
+    __slots__ = ("name", "queue", "position", "clock")
 
     def __init__(self, name: str, queue: list[Instr], clock: int):
         self.name, self.queue, self.position, self.clock = name, queue, 0, clock
-        self.busy = False           # a global transfer of this pipe is in flight
 
 
 class _CoreState:
-    __slots__ = ("kernel", "core", "flags", "slot_flag", "group", "pipes", "ready", "wake")
+    __slots__ = ("kernel", "core", "flags", "slot_flag", "group", "pipes", "ready", "unfinished",
+                 "in_flight", "done")
 
-    def __init__(self, kernel: int, core: CoreProgram, core_index: int, group: int, clock: int):
+    def __init__(self, kernel: int, core: CoreProgram, core_index: int, group: int, clock: int,
+                 done: simpy.Event):
         self.kernel, self.core, self.group = kernel, core_index, group  # group: occupancy row
         self.pipes = [_Pipe(name, queue, clock) for name, queue in core.queues.items() if queue]
         self.ready = deque(self.pipes)             # pipes that may be able to move
+        self.unfinished = len(self.pipes)
+        self.in_flight = 0                         # global transfers under way
         self.flags = [_Flag(n, clock) for n in core.flag_initial]
         self.slot_flag = [cause == "buffer_slot" for cause in core.flag_cause]
-        self.wake: simpy.Event | None = None       # the core sleeps on it until a transfer lands
+        self.done = done                           # fires with the cycle the last pipe ended
 
 
 class World:
@@ -153,7 +157,19 @@ class World:
         self.hbm_latency = hw.memories["HBM"].latency_cycles
 
     def run(self, max_cycles: int | None = None) -> Trace:
-        """Run to completion; a deadlock is diagnosed, and `max_cycles` bounds the run."""
+        """Run to completion; a deadlock is diagnosed, and `max_cycles` bounds the run.
+
+        The cyclic garbage collector is paused meanwhile: a run allocates millions of
+        records and no reference cycles, and each collection would rescan them all."""
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return self._run(max_cycles)
+        finally:
+            if collecting:
+                gc.enable()
+
+    def _run(self, max_cycles: int | None) -> Trace:
         main = self.env.process(self._kernels())
         stop = main if max_cycles is None else self.env.any_of([main,
                                                                  self.env.timeout(max_cycles)])
@@ -197,38 +213,32 @@ class World:
         for index, kernel in enumerate(self.program.kernels):
             start = self.env.now
             yield self.env.timeout(self.hw.launch_overhead_cycles)
-            cores = [self.env.process(self._core(index, core_index, core))
-                     for core_index, core in enumerate(kernel.cores)]
-            yield self.env.all_of(cores)
-            end = max((c.value for c in cores), default=self.env.now)
+            cores_done = []
+            for core_index, core in enumerate(kernel.cores):
+                group = (index * self.max_cores + core_index) * len(self.buffers)
+                state = _CoreState(index, core, core_index, group, int(self.env.now),
+                                   self.env.event())
+                cores_done.append(state.done)
+                self._move(state)
+            yield self.env.all_of(cores_done)
+            end = max((done.value for done in cores_done), default=self.env.now)
             if end > self.env.now:
                 yield self.env.timeout(end - self.env.now)
             self.spans.append(KernelSpan(index, start, int(self.env.now)))
 
-    def _core(self, kernel: int, core_index: int, core: CoreProgram):
-        """Run every pipe of one core; return the cycle the last one finished.
-
-        A pipe able to move runs until it needs a flag nobody has set yet (it waits there
-        until a set puts it back among the ready) or starts a global transfer (handed to
-        its own process; the pipe is busy until it lands). With no pipe ready, the core
-        sleeps until a transfer lands.
-        """
-        env = self.env
-        group = (kernel * self.max_cores + core_index) * len(self.buffers)
-        state = _CoreState(kernel, core, core_index, group, int(env.now))
-        while True:
-            while state.ready:
-                self._advance(state, state.ready.popleft())
-            if all(pipe.position == len(pipe.queue) for pipe in state.pipes):
-                return max((pipe.clock for pipe in state.pipes), default=int(env.now))
-            if not any(pipe.busy for pipe in state.pipes):
-                for flag_id, flag in enumerate(state.flags):
-                    if flag.waiter is not None:
-                        self.waiting[(kernel, core_index, flag.waiter.name)] = (
-                            flag.waiter.position, flag_id)
-                yield env.event()   # never fires: the run stops, and the deadlock is diagnosed
-            state.wake = env.event()
-            yield state.wake
+    def _move(self, state: _CoreState) -> None:
+        """Move every pipe of a core that can. A pipe runs until it needs a flag nobody has set
+        yet (it waits there until a set puts it back among the ready) or starts a global
+        transfer (handed to its own process, which calls this again when it lands)."""
+        while state.ready:
+            self._advance(state, state.ready.popleft())
+        if not state.unfinished:
+            state.done.succeed(max(pipe.clock for pipe in state.pipes))
+        elif not state.in_flight:   # nothing can move, nothing will land: a deadlock
+            for flag_id, flag in enumerate(state.flags):
+                if flag.waiter is not None:
+                    self.waiting[(state.kernel, state.core, flag.waiter.name)] = (
+                        flag.waiter.position, flag_id)
 
     def _advance(self, state: _CoreState, pipe: _Pipe) -> None:
         """Run `pipe` until it needs a flag nobody has set yet or starts a global transfer."""
@@ -249,7 +259,7 @@ class World:
                         wait_data += ready - start
                     start = ready
             if instr.region is not None:    # global memory: at its cycle on the global clock
-                pipe.busy = True
+                state.in_flight += 1
                 self.env.process(self._global(state, pipe, instr, start, wait_data, wait_slot))
                 return
             if instr.src is None:
@@ -270,11 +280,9 @@ class World:
         end = int(self.env.now)
         self._retire(state, pipe, instr, start, end, wait_data, wait_slot, end - start - ideal,
                      hit_bytes, hbm_bytes)
-        pipe.busy = False
+        state.in_flight -= 1
         state.ready.append(pipe)
-        if state.wake is not None:
-            wake, state.wake = state.wake, None
-            wake.succeed()
+        self._move(state)
 
     def _retire(self, state: _CoreState, pipe: _Pipe, instr: Instr, start: int, end: int,
                 wait_data: int, wait_slot: int, bandwidth_wait: int, hit_bytes: int,
@@ -299,6 +307,8 @@ class World:
             tuple(instr.release))))
         pipe.position += 1
         pipe.clock = end
+        if pipe.position == len(pipe.queue):
+            state.unfinished -= 1
 
     def _peak_occupancy(self) -> dict[str, int]:
         """The most bytes each buffer held on any core of any kernel, from every slot taken
