@@ -6,6 +6,11 @@ standard workloads, how wall time scales with the instruction count, and peak me
 Targets (issue 5): engine >= 30% of the bare SimPy event rate; ffn_decode < 0.5 s;
 llama7b_decode_layer < 1 s; a 32-layer decode step < 10 s; ffn_prefill < 10 s; wall time
 linear in instructions (fitted exponent near 1).
+
+The engine's pipes time on-chip work without SimPy events (see simulator/engine/world.py),
+so one engine event carries several instructions: the rate is reported both in events per
+second (the SimPy steps it takes) and in instructions per second (the work it does), each
+against the bare loop's events per second.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ import simpy
 
 from simulator import load_workload
 from simulator.analysis.report import analyse
-from simulator.engine.world import World
+from simulator.engine.world import World, gc_paused
 from simulator.pipeline import lower_workload
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,15 +44,17 @@ class CountingEnvironment(simpy.Environment):
 
 
 def run(path: Path, overrides=()) -> dict:
-    start = time.perf_counter()
-    workload = load_workload(path, list(overrides))
-    program = lower_workload(workload)
-    lowered = time.perf_counter()
-    env = CountingEnvironment()
-    trace = World(program, workload.hardware, env).run()
-    simulated = time.perf_counter()
-    analyse(trace, program, workload.hardware, workload.name, {})
-    done = time.perf_counter()
+    """The phases of `simulate`, timed one by one (with the collector paused, as there)."""
+    with gc_paused():
+        start = time.perf_counter()
+        workload = load_workload(path, list(overrides))
+        program = lower_workload(workload)
+        lowered = time.perf_counter()
+        env = CountingEnvironment()
+        trace = World(program, workload.hardware, env).run()
+        simulated = time.perf_counter()
+        analyse(trace, program, workload.hardware, workload.name, {})
+        done = time.perf_counter()
     return {"instructions": trace.instructions, "events": env.events_processed,
             "lower_s": lowered - start, "engine_s": simulated - lowered,
             "wall_s": done - start}
@@ -96,10 +103,12 @@ def main() -> None:
     args = parser.parse_args()
 
     decode = run(ROOT / "workloads" / "ffn_decode.yaml")
-    engine_rate = decode["events"] / decode["engine_s"]
+    event_rate = decode["events"] / decode["engine_s"]
+    instruction_rate = decode["instructions"] / decode["engine_s"]
     bare_rate = bare_simpy_rate(decode["events"])
-    print(f"engine: {engine_rate:,.0f} events/s; bare SimPy: {bare_rate:,.0f} events/s; "
-          f"ratio {engine_rate / bare_rate:.2f} (target >= 0.30)")
+    print(f"bare SimPy: {bare_rate:,.0f} events/s (target: engine >= 0.30 of it)\n"
+          f"engine on ffn_decode: {event_rate:,.0f} events/s (ratio {event_rate / bare_rate:.2f}),"
+          f" {instruction_rate:,.0f} instructions/s (ratio {instruction_rate / bare_rate:.2f})")
 
     print(f"\n{'workload':<34}{'instructions':>13}{'events':>11}{'lower s':>9}{'engine s':>10}"
           f"{'wall s':>8}  target")

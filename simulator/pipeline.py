@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .analysis.report import Report, analyse
 from .config.workload import Workload
-from .engine.world import simulate_program
+from .engine.world import gc_paused, simulate_program
 from .graph.fusion import plan_kernels
 from .schedule.lower import lower
 from .schedule.program import Program
@@ -22,21 +22,26 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> Report:
     from . import __version__
     from .analysis.roofline import roofline
 
-    program = lower_workload(workload)
-    if max_cycles is None:
-        bound = roofline(program, workload.hardware).bound_cycles
-        max_cycles = int(1000 * bound + 10_000_000 + workload.hardware.launch_overhead_cycles
-                         * len(program.kernels))
-    trace = simulate_program(program, workload.hardware, max_cycles)
-    provenance = {
-        "simulator_version": __version__,
+    with gc_paused():
+        program = lower_workload(workload)
+        if max_cycles is None:
+            bound = roofline(program, workload.hardware).bound_cycles
+            max_cycles = int(1000 * bound + 10_000_000 + workload.hardware.launch_overhead_cycles
+                             * len(program.kernels))
+        trace = simulate_program(program, workload.hardware, max_cycles)
+        return analyse(trace, program, workload.hardware, workload.name,
+                       _provenance(workload, __version__))
+
+
+def _provenance(workload: Workload, version: str) -> dict:
+    return {
+        "simulator_version": version,
         "workload_file": workload.source,
         "hardware_file": workload.hardware.source,
         "overrides": [f"{path}={value}" for path, value in workload.overrides],
         "params": dict(workload.params),
         "hardware": workload.hardware.to_dict(),
     }
-    return analyse(trace, program, workload.hardware, workload.name, provenance)
 
 
 def plan(workload: Workload):

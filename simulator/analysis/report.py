@@ -175,24 +175,27 @@ def _tally(records, busy: dict, stalls: dict, per_tensor: dict) -> dict[str, dic
     A global read is split into the bytes L2 served and the bytes fetched from HBM (which
     also fill L2); a write goes through to HBM and allocates in L2."""
     traffic = {level: {"read_bytes": 0, "write_bytes": 0} for level in LEVELS}
+    hbm, l2 = traffic["HBM"], traffic["L2"]
     for r in records:
         for level, nbytes in r.reads:
             if level == "HBM":
-                traffic["HBM"]["read_bytes"] += r.hbm_bytes
-                traffic["L2"]["read_bytes"] += r.l2_hit_bytes
-                traffic["L2"]["write_bytes"] += r.hbm_bytes
+                hbm["read_bytes"] += r.hbm_bytes
+                l2["read_bytes"] += r.l2_hit_bytes
+                l2["write_bytes"] += r.hbm_bytes
             else:
                 traffic[level]["read_bytes"] += nbytes
         for level, nbytes in r.writes:
             traffic[level]["write_bytes"] += nbytes
             if level == "HBM":
-                traffic["L2"]["write_bytes"] += nbytes
-        busy[r.pipe] += r.end_cycle - r.start_cycle
-        stall = stalls[r.pipe]
-        stall["data"] += r.wait_data_cycles
-        stall["buffer_slot"] += r.wait_slot_cycles
-        stall["shared_bandwidth"] += r.wait_bandwidth_cycles
-        if r.tensor in per_tensor:
+                l2["write_bytes"] += nbytes
+        pipe = r.pipe
+        busy[pipe] += r.end_cycle - r.start_cycle
+        if r.wait_data_cycles or r.wait_slot_cycles or r.wait_bandwidth_cycles:
+            stall = stalls[pipe]
+            stall["data"] += r.wait_data_cycles
+            stall["buffer_slot"] += r.wait_slot_cycles
+            stall["shared_bandwidth"] += r.wait_bandwidth_cycles
+        if r.tensor is not None and r.tensor in per_tensor:
             entry = per_tensor[r.tensor]
             if r.src == "HBM":
                 entry["hbm_read_bytes"] += r.hbm_bytes

@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import math
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -31,6 +32,19 @@ from ..errors import SimulatorError
 from ..schedule.program import CoreProgram, Instr, Program
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
+
+
+@contextmanager
+def gc_paused():
+    """Pause the cyclic garbage collector: a run allocates millions of records and no
+    reference cycles, and every collection would rescan them all."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if collecting:
+            gc.enable()
 
 
 class InvariantError(AssertionError):
@@ -97,21 +111,6 @@ class _Flag:
         self.waiter: _Pipe | None = None    # the pipe that found no token here
 
 
-def _take_tokens(flags: list[_Flag], waits: list[int], pipe: _Pipe) -> list[int] | None:
-    """The oldest token of each flag waited on (a flag waited on twice gives two), or None
-    if one is missing: then nothing is taken and `pipe` waits on that flag."""
-    readies = []
-    for flag_id in waits:
-        tokens = flags[flag_id].tokens
-        if not tokens:
-            for other, ready in zip(reversed(waits[:len(readies)]), reversed(readies)):
-                flags[other].tokens.appendleft(ready)
-            flags[flag_id].waiter = pipe
-            return None
-        readies.append(tokens.popleft())
-    return readies
-
-
 class _Pipe:
     """One in-order pipe of a core: its queue, the next instruction, its own clock."""
     __slots__ = ("name", "queue", "position", "clock")
@@ -159,15 +158,9 @@ class World:
     def run(self, max_cycles: int | None = None) -> Trace:
         """Run to completion; a deadlock is diagnosed, and `max_cycles` bounds the run.
 
-        The cyclic garbage collector is paused meanwhile: a run allocates millions of
-        records and no reference cycles, and each collection would rescan them all."""
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
+        """
+        with gc_paused():
             return self._run(max_cycles)
-        finally:
-            if collecting:
-                gc.enable()
 
     def _run(self, max_cycles: int | None) -> Trace:
         main = self.env.process(self._kernels())
@@ -246,12 +239,14 @@ class World:
         while pipe.position < len(queue):
             instr = queue[pipe.position]
             waits = instr.waits
-            readies = _take_tokens(flags, waits, pipe)
-            if readies is None:
-                return
+            for flag_id in waits:   # a flag waited on twice needs two tokens
+                if len(flags[flag_id].tokens) < (1 if len(waits) == 1 else waits.count(flag_id)):
+                    flags[flag_id].waiter = pipe
+                    return
             start = pipe.clock
             wait_data = wait_slot = 0
-            for flag_id, ready in zip(waits, readies):
+            for flag_id in waits:
+                ready = flags[flag_id].tokens.popleft()
                 if ready > start:
                     if slot_flag[flag_id]:
                         wait_slot += ready - start
@@ -294,17 +289,18 @@ class World:
             if flag.waiter is not None:
                 state.ready.append(flag.waiter)
                 flag.waiter = None
-        if instr.acquire:
-            buffer, nbytes = instr.acquire
-            self.occupancy_changes.append((state.group + self.buffers[buffer], 2 * start + 1,
-                                           nbytes))
-        for buffer, nbytes in instr.release:
-            self.occupancy_changes.append((state.group + self.buffers[buffer], 2 * end, -nbytes))
+        acquire, release = instr.acquire, instr.release
+        if acquire or release:
+            changes, buffers, group = self.occupancy_changes, self.buffers, state.group
+            if acquire:
+                changes.append((group + buffers[acquire[0]], 2 * start + 1, acquire[1]))
+            for buffer, nbytes in release:
+                changes.append((group + buffers[buffer], 2 * end, -nbytes))
+        region = instr.region
         self.records.append(_new_record(Record, (
             state.kernel, state.core, pipe.name, instr.label, start, end, wait_data, wait_slot,
             bandwidth_wait, instr.src, instr.dst, instr.nbytes, instr.reads, instr.writes,
-            hit_bytes, hbm_bytes, instr.region.tensor if instr.region else None, instr.acquire,
-            tuple(instr.release))))
+            hit_bytes, hbm_bytes, None if region is None else region.tensor, acquire, release)))
         pipe.position += 1
         pipe.clock = end
         if pipe.position == len(pipe.queue):

@@ -41,7 +41,7 @@ class Instr:
     waits: list[int] = field(default_factory=list)
     sets: list[int] = field(default_factory=list)
     acquire: tuple[str, int] | None = None           # buffer slot taken at start
-    release: list[tuple[str, int]] = field(default_factory=list)  # slots freed at end
+    release: tuple[tuple[str, int], ...] = ()        # slots freed at end
 
 
 def transfer(pipe: str, label: str, src: str, dst: str, nbytes: int,
@@ -105,7 +105,7 @@ class SlotRing:
 
     def last_use(self, consumer: Instr, slot: int) -> None:
         consumer.sets.append(self.free[slot])
-        consumer.release.append((self.buffer, self.slot_bytes))
+        consumer.release += ((self.buffer, self.slot_bytes),)
 
 
 @dataclass
