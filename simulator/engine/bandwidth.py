@@ -61,18 +61,22 @@ class SharedChannel:
             self.updated_at = self.env.now
 
     def _share(self) -> None:
-        """Water-fill: the most constrained flows take their cap, the rest split what is left."""
+        """Water-fill: the most constrained flows take their cap, the rest split what is left
+        equally."""
         left = self.bytes_per_cycle
         count = len(self.by_cap)
+        for index, flow in enumerate(self.by_cap):
+            share = left / (count - index)
+            if flow.cap >= share:       # this flow and every later (larger) cap: equal shares
+                for rest in self.by_cap[index:]:
+                    rest.rate = share
+                break
+            flow.rate = flow.cap
+            left -= flow.cap
         now = self.env.now
         soonest = None
-        for index, flow in enumerate(self.by_cap):
-            rate = left / (count - index)
-            if flow.cap < rate:
-                rate = flow.cap
-            left -= rate
-            flow.rate = rate
-            flow.finish = finish = now + max(0, math.ceil(flow.remaining / rate - _EPSILON))
+        for flow in self.flows:
+            flow.finish = finish = now + max(0, math.ceil(flow.remaining / flow.rate - _EPSILON))
             if soonest is None or finish < soonest:
                 soonest = finish
         if soonest is not None:

@@ -64,26 +64,12 @@ class L2Cache:
         self.misses = 0
 
     def _cut(self, region: Region):
-        """The region cut along granule boundaries: per granule row (index, the cell pattern of
-        the region's rows in it, row count); per granule column (index, sector mask, column
-        count, first column of the granule); and the tensor's columns and element bytes."""
+        """The region cut along granule boundaries (see `_cut_region`)."""
         rows, cols, elem = self.geometry[region.tensor]
         if not (0 <= region.row0 < region.row1 <= rows and 0 <= region.col0 < region.col1 <= cols):
             raise AssertionError(f"region {region} outside tensor of {rows}x{cols}")
-        row_pieces, height = [], self.granule_rows
-        for gr in range(region.row0 // height, (region.row1 - 1) // height + 1):
-            r0, r1 = max(region.row0, gr * height), min(region.row1, (gr + 1) * height)
-            row_pieces.append((gr, _ROWS_OF[r1 - r0] << (_ROW_BITS * (r0 - gr * height)), r1 - r0))
-        col_pieces = []
-        for gc in range(region.col0 // GRANULE_COLS, (region.col1 - 1) // GRANULE_COLS + 1):
-            base = gc * GRANULE_COLS
-            lo, hi = max(region.col0, base), min(region.col1, base + GRANULE_COLS)
-            first, last = (lo - base) // SECTOR_COLS, (hi - 1 - base) // SECTOR_COLS
-            sectors = ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
-            cell = SECTOR_COLS * elem if base + GRANULE_COLS <= cols else 0  # 0: cut by the edge
-            col_pieces.append((gc, sectors, hi - lo, base, _cell_bytes(sectors, base, cols, elem),
-                               cell))
-        return row_pieces, col_pieces, cols, elem
+        return _cut_region(region.row0, region.row1, region.col0, region.col1, cols, elem,
+                           self.granule_rows)
 
     def read(self, region: Region, fill) -> tuple[int, int, list]:
         """Look a region up. Missing cells are fetched by this read, whose completion event is
@@ -161,6 +147,31 @@ class L2Cache:
         line.cells, line.nbytes = cells, nbytes
         self.used_bytes += nbytes
         return line
+
+
+@lru_cache(maxsize=65536)
+def _cut_region(row0: int, row1: int, col0: int, col1: int, cols: int, elem: int,
+                height: int) -> tuple[tuple, tuple, int, int]:
+    """Rows [row0, row1) x columns [col0, col1) of a tensor `cols` wide cut along granule
+    boundaries: per granule row (index, the cell pattern of the region's rows in it, row
+    count); per granule column (index, sector mask, column count, first column of the
+    granule, bytes of its cells in one row, bytes of one cell or 0 if the tensor's edge cuts
+    the granule); and the tensor's columns and element bytes. The same cut recurs on every
+    core and every layer, so it is cached."""
+    row_pieces = []
+    for gr in range(row0 // height, (row1 - 1) // height + 1):
+        r0, r1 = max(row0, gr * height), min(row1, (gr + 1) * height)
+        row_pieces.append((gr, _ROWS_OF[r1 - r0] << (_ROW_BITS * (r0 - gr * height)), r1 - r0))
+    col_pieces = []
+    for gc in range(col0 // GRANULE_COLS, (col1 - 1) // GRANULE_COLS + 1):
+        base = gc * GRANULE_COLS
+        lo, hi = max(col0, base), min(col1, base + GRANULE_COLS)
+        first, last = (lo - base) // SECTOR_COLS, (hi - 1 - base) // SECTOR_COLS
+        sectors = ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
+        cell = SECTOR_COLS * elem if base + GRANULE_COLS <= cols else 0
+        col_pieces.append((gc, sectors, hi - lo, base, _cell_bytes(sectors, base, cols, elem),
+                           cell))
+    return tuple(row_pieces), tuple(col_pieces), cols, elem
 
 
 def _cell_bytes(cells: int, base: int, cols: int, elem: int) -> int:
