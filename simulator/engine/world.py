@@ -255,7 +255,7 @@ class World:
                     start = ready
             if instr.region is not None:    # global memory: at its cycle on the global clock
                 state.in_flight += 1
-                self.env.process(self._global(state, pipe, instr, start, wait_data, wait_slot))
+                _GlobalTransfer(self, state, pipe, instr, start, wait_data, wait_slot)
                 return
             if instr.src is None:
                 end = start + instr.cycles
@@ -263,21 +263,6 @@ class World:
                 latency, rate = routes[(instr.src, instr.dst)]
                 end = start + latency + math.ceil(instr.nbytes / rate)
             self._retire(state, pipe, instr, start, end, wait_data, wait_slot, 0, 0, 0)
-
-    def _global(self, state: _CoreState, pipe: _Pipe, instr: Instr, start: int,
-                wait_data: int, wait_slot: int):
-        if start < self.env.now:
-            raise InvariantError(f"{instr.label} would start at cycle {start}, "
-                                 f"before the global clock ({self.env.now})")
-        if start > self.env.now:
-            yield self.env.timeout(start - self.env.now)
-        hit_bytes, hbm_bytes, ideal = yield from self._transfer(instr)
-        end = int(self.env.now)
-        self._retire(state, pipe, instr, start, end, wait_data, wait_slot, end - start - ideal,
-                     hit_bytes, hbm_bytes)
-        state.in_flight -= 1
-        state.ready.append(pipe)
-        self._move(state)
 
     def _retire(self, state: _CoreState, pipe: _Pipe, instr: Instr, start: int, end: int,
                 wait_data: int, wait_slot: int, bandwidth_wait: int, hit_bytes: int,
@@ -333,42 +318,106 @@ class World:
                                      f"{self.hw.buffer_bytes[buffer]} B")
         return peak
 
-    def _transfer(self, instr: Instr):
-        """A transfer to or from global memory: latency, then its bytes over each shared
-        memory they cross, at the shared rate.
 
-        A global-memory read looks up L2: hits cross the L2 port (after any
-        other core's fetch of the same cells has landed), misses are fetched
-        over HBM (filling L2). A write goes through to HBM and allocates in L2.
-        Returns (L2 hit bytes, HBM bytes, uncontended cycles); the time spent
-        beyond the uncontended cycles is waiting on the shared memories.
-        """
+class _Fetch:
+    """Cells on their way from HBM into L2. A reader that hits them waits until they land;
+    only such a reader makes a SimPy event of it."""
+    __slots__ = ("triggered", "event")
+
+    def __init__(self):
+        self.triggered = False
+        self.event: simpy.Event | None = None
+
+    def landing(self, env: simpy.Environment) -> simpy.Event:
+        if self.event is None:
+            self.event = env.event()
+        return self.event
+
+    def land(self) -> None:
+        self.triggered = True
+        if self.event is not None:
+            self.event.succeed()
+
+
+class _GlobalTransfer:
+    """One transfer to or from global memory, stepped by SimPy callbacks (a process per
+    transfer would cost an event and a generator more): at its start cycle it looks up L2,
+    waits its latency, then moves its bytes over each shared memory they cross, at the
+    shared rate.
+
+    A global-memory read: hits cross the L2 port (after any other core's fetch of the same
+    cells has landed), misses are fetched over HBM (filling L2). A write goes through to HBM
+    and allocates in L2. The time beyond the uncontended cycles is waiting on the shared
+    memories."""
+    __slots__ = ("world", "state", "pipe", "instr", "start", "wait_data", "wait_slot", "legs",
+                 "leg", "hit_bytes", "hbm_bytes", "ideal", "fill", "in_flight")
+
+    def __init__(self, world: World, state: _CoreState, pipe: _Pipe, instr: Instr, start: int,
+                 wait_data: int, wait_slot: int):
+        self.world, self.state, self.pipe, self.instr = world, state, pipe, instr
+        self.start, self.wait_data, self.wait_slot = start, wait_data, wait_slot
+        env = world.env
+        if start < env.now:
+            raise InvariantError(f"{instr.label} would start at cycle {start}, "
+                                 f"before the global clock ({env.now})")
+        env.timeout(start - env.now).callbacks.append(self._begin)
+
+    def _begin(self, _event) -> None:
+        world, instr = self.world, self.instr
         src, dst = instr.src, instr.dst
-        latency, rate = self.routes[(src, dst)]
-        hit_bytes = hbm_bytes = 0
-        fill = in_flight = None
+        latency, rate = world.routes[(src, dst)]
+        self.fill = self.in_flight = None
         if src == "HBM":
-            fill = self.env.event()
-            hit_bytes, hbm_bytes, in_flight = self.l2.read(instr.region, fill)
-            latency += self.l2_latency + (self.hbm_latency if hbm_bytes else 0)
-            legs = (("HBM", hbm_bytes, rate), ("L2", hit_bytes, self.routes[("L2", dst)][1]))
+            self.fill = _Fetch()
+            self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region,
+                                                                          self.fill)
+            latency += world.l2_latency + (world.hbm_latency if self.hbm_bytes else 0)
+            self.legs = (("HBM", self.hbm_bytes, rate),
+                         ("L2", self.hit_bytes, world.routes[("L2", dst)][1]))
         else:
-            self.l2.write(instr.region)
-            hbm_bytes = instr.nbytes
-            latency += self.l2_latency + self.hbm_latency
-            legs = (("HBM", hbm_bytes, rate),)
-        ideal = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in legs)
-        yield self.env.timeout(latency)
-        for channel, nbytes, cap in legs:
-            if channel == "L2" and in_flight:
-                yield self.env.all_of(in_flight)
+            world.l2.write(instr.region)
+            self.hit_bytes, self.hbm_bytes = 0, instr.nbytes
+            latency += world.l2_latency + world.hbm_latency
+            self.legs = (("HBM", self.hbm_bytes, rate),)
+        self.ideal = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in self.legs)
+        self.leg = 0
+        world.env.timeout(latency).callbacks.append(self._next_leg)
+
+    def _next_leg(self, _event) -> None:
+        """Start the next leg that has bytes to move; when none is left, finish."""
+        while self.leg < len(self.legs):
+            channel, nbytes, cap = self.legs[self.leg]
+            if channel == "L2" and self.in_flight:      # hits wait for fetches of their cells
+                env, in_flight, self.in_flight = self.world.env, self.in_flight, None
+                pending = [fetch.landing(env) for fetch in in_flight if not fetch.triggered]
+                if pending:
+                    env.all_of(pending).callbacks.append(self._next_leg)
+                    return
             if nbytes:
-                yield self.channels[channel].transfer(nbytes, cap)
-            if channel == "HBM" and fill is not None:
-                fill.succeed()      # the fetched cells have landed in L2
-        if fill is not None and not fill.triggered:
-            fill.succeed()
-        return hit_bytes, hbm_bytes, ideal
+                self.world.channels[channel].transfer(nbytes, cap).callbacks.append(
+                    self._leg_done)
+                return
+            self._leg_done(None)
+        self._finish()
+
+    def _leg_done(self, _event) -> None:
+        if self.legs[self.leg][0] == "HBM" and self.fill is not None:
+            self.fill.land()        # the fetched cells are in L2
+            self.fill = None
+        self.leg += 1
+        if _event is not None:
+            self._next_leg(None)
+
+    def _finish(self) -> None:
+        if self.fill is not None:
+            self.fill.land()
+        world, state, end = self.world, self.state, int(self.world.env.now)
+        world._retire(state, self.pipe, self.instr, self.start, end, self.wait_data,
+                      self.wait_slot, end - self.start - self.ideal, self.hit_bytes,
+                      self.hbm_bytes)
+        state.in_flight -= 1
+        state.ready.append(self.pipe)
+        world._move(state)
 
 
 def simulate_program(program: Program, hw: Hardware, max_cycles: int | None = None) -> Trace:
