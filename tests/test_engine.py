@@ -137,3 +137,38 @@ def test_a_run_past_its_cycle_budget_stops_with_a_clear_error(tiny):
     with pytest.raises(CycleBudgetError, match="passed its budget of 500 cycles"):
         simulate(w, max_cycles=500)
     assert simulate(w).to_dict()["cycles"] > 500
+
+
+def test_a_block_staged_in_l0a_but_never_consumed_breaks_conservation(tiny):
+    from simulator.analysis.report import analyse
+    from simulator.engine.world import InvariantError
+
+    core = new_core_program()
+    core.emit(transfer("MTE1", "move A nobody reads", "L1", "L0A", 1024))
+    kernel = KernelProgram("k", ("k",), False, "cube", "fp16", 0, [core], None, 0, 0, gemms=1)
+    program = Program([kernel], {}, 0)
+    with pytest.raises(InvariantError, match="L0A received 1024 B but gave 0 B"):
+        analyse(simulate_program(program, tiny), program, tiny, "t", {})
+
+
+def test_a_private_pipe_runs_ahead_of_the_global_clock_but_its_transfers_wait_for_it(tiny):
+    """The Cube's 500 cycles are timed without SimPy; the store that waits on them still
+    starts at the Cube's end on the global clock, and an earlier load by another pipe is not
+    held back by it."""
+    from simulator.schedule.program import Instr
+
+    core = new_core_program()
+    done = core.new_flag(0, "data")
+    core.emit(Instr("CUBE", "long compute", cycles=500, sets=[done]))
+    store = transfer("FIXPIPE", "store after compute", "L0C", "HBM", 64, Region("c", 0, 1, 0, 32))
+    store.waits.append(done)
+    core.emit(store)
+    core.emit(transfer("MTE2", "independent load", "HBM", "L1", 64, Region("a", 0, 1, 0, 32)))
+    kernel = KernelProgram("k", ("k",), False, "cube", "fp16", 0, [core], None, 0, 0)
+    trace = simulate_program(Program([kernel], {"a": (1, 32, 2), "c": (1, 32, 2)}, 0), tiny)
+    by_label = {r.label: r for r in trace.records}
+    launch = tiny.launch_overhead_cycles
+    assert by_label["long compute"].end_cycle == launch + 500
+    assert by_label["store after compute"].start_cycle == launch + 500
+    assert by_label["store after compute"].wait_data_cycles == 500
+    assert by_label["independent load"].start_cycle == launch

@@ -88,7 +88,7 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     traffic = {level: {key: sum(t[level][key] for t in kernel_traffic)
                        for key in ("read_bytes", "write_bytes")} for level in LEVELS}
     traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses)
-    _check_invariants(trace, program, bound, traffic)
+    _check_invariants(trace, program, bound, traffic, kernel_traffic)
     core_cycles = cycles * hw.cores
     utilization = {UNIT_OF_PIPE.get(p, p): busy[p] / core_cycles for p in PIPES}
     hbm_bytes = traffic["HBM"]["read_bytes"] + traffic["HBM"]["write_bytes"]
@@ -156,7 +156,8 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     return Report(data, provenance, trace)
 
 
-def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: dict) -> None:
+def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: dict,
+                      kernel_traffic: list[dict]) -> None:
     """Cheap physics checks on every run: a failure is a simulator bug, not a user mistake."""
     if trace.cycles + 1e-6 < bound.bound_cycles:
         raise InvariantError(f"{trace.cycles} cycles is below the roofline bound "
@@ -166,6 +167,21 @@ def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: 
     if traffic["HBM"]["write_bytes"] != written:
         raise InvariantError(f"HBM received {traffic['HBM']['write_bytes']} B but the kernels' "
                              f"results are {written} B: bytes were lost or duplicated")
+    # bytes conserved: a block staged in L0A/L0B is consumed exactly once per GEMM reading
+    # it (a dual GEMM shares its A block); nothing staged in UB is left unread (an op may
+    # read a value twice, x*x); what L1 receives came over L2 or HBM
+    for kernel, t in zip(program.kernels, kernel_traffic):
+        for level, times in (("L0A", max(kernel.gemms, 1)), ("L0B", 1)):
+            if t[level]["read_bytes"] != times * t[level]["write_bytes"]:
+                raise InvariantError(
+                    f"kernel {kernel.name}: {level} received {t[level]['write_bytes']} B but "
+                    f"gave {t[level]['read_bytes']} B (expected {times} x): bytes not conserved")
+        if t["UB"]["read_bytes"] < t["UB"]["write_bytes"]:
+            raise InvariantError(f"kernel {kernel.name}: UB received {t['UB']['write_bytes']} B"
+                                 f" but gave only {t['UB']['read_bytes']} B")
+        if t["L1"]["write_bytes"] > t["HBM"]["read_bytes"] + t["L2"]["read_bytes"]:
+            raise InvariantError(f"kernel {kernel.name}: L1 received {t['L1']['write_bytes']} B,"
+                                 " more than came from global memory")
 
 
 def _tally(records, busy: dict, stalls: dict, per_tensor: dict) -> dict[str, dict[str, int]]:

@@ -47,10 +47,10 @@ def granule_rows(capacity_bytes: int) -> int:
 class _Line:
     __slots__ = ("cells", "nbytes", "fill")
 
-    def __init__(self):
-        self.cells = 0          # present cells, bit (row * SECTORS + sector)
-        self.nbytes = 0
-        self.fill = None        # the event of the latest fetch into this granule, if in flight
+    def __init__(self, cells: int, nbytes: int, fill=None):
+        self.cells = cells      # present cells, bit (row * SECTORS + sector)
+        self.nbytes = nbytes
+        self.fill = fill        # the latest fetch into this granule (it may have landed)
 
 
 class L2Cache:
@@ -75,7 +75,7 @@ class L2Cache:
         """Look a region up. Missing cells are fetched by this read, whose completion event is
         `fill`. Returns (bytes L2 serves, bytes fetched from HBM, fetches still in flight that
         the hit part must wait for)."""
-        hit_bytes = fetch_bytes = 0
+        hit_bytes = fetch_bytes = hits = misses = 0
         in_flight = []
         lines, tensor = self.lines, region.tensor
         row_pieces, col_pieces, cols, elem = self._cut(region)
@@ -85,11 +85,9 @@ class L2Cache:
                 need = sectors * row_pattern
                 line = lines.get(key)
                 if line is None:            # the common streaming case: all of it from HBM
-                    self.misses += 1
+                    misses += 1
                     fetch_bytes += row_count * row_cell_bytes
-                    line = self._fill(key, None, need, row_count * row_cell_bytes)
-                    if line is not None:
-                        line.fill = fill
+                    self._fill(key, None, need, row_count * row_cell_bytes, fill)
                     continue
                 lines.move_to_end(key)
                 present = line.cells
@@ -97,10 +95,10 @@ class L2Cache:
                 if line.fill is not None and not line.fill.triggered and missing != need:
                     in_flight.append(line.fill)
                 if not missing:
-                    self.hits += 1
+                    hits += 1
                     hit_bytes += row_count * col_count * elem
                     continue
-                self.misses += 1
+                misses += 1
                 cells = present | need
                 if cell:
                     fetch_bytes += missing.bit_count() * cell
@@ -110,9 +108,9 @@ class L2Cache:
                     cells_bytes = _cell_bytes(cells, base, cols, elem)
                 hit_bytes += (row_count * col_count * elem * (need & present).bit_count()
                               // need.bit_count())
-                line = self._fill(key, line, cells, cells_bytes)
-                if line is not None:
-                    line.fill = fill
+                self._fill(key, line, cells, cells_bytes, fill)
+        self.hits += hits
+        self.misses += misses
         return hit_bytes, fetch_bytes, in_flight
 
     def write(self, region: Region) -> None:
@@ -127,26 +125,28 @@ class L2Cache:
                 if line is not None:
                     lines.move_to_end(key)
                     cells |= line.cells
-                self._fill(key, line, cells, _cell_bytes(cells, base, cols, elem))
+                self._fill(key, line, cells, _cell_bytes(cells, base, cols, elem),
+                           line.fill if line is not None else None)
 
-    def _fill(self, key: tuple, line: _Line | None, cells: int, nbytes: int) -> _Line | None:
-        """Make `cells` (`nbytes`) of granule `key` present, evicting least recently used
-        granules. A granule already cached (`line`) has just been moved to the most recent
-        end, so the eviction, which starts at the other end, never reaches it."""
+    def _fill(self, key: tuple, line: _Line | None, cells: int, nbytes: int, fill) -> None:
+        """Make `cells` (`nbytes`) of granule `key` present, by the fetch `fill`, evicting
+        least recently used granules. A granule already cached (`line`) has just been moved
+        to the most recent end, so the eviction, which starts at the other end, never
+        reaches it."""
         if line is not None:
             self.used_bytes -= line.nbytes
         if nbytes > self.capacity_bytes:
             if line is not None:
                 del self.lines[key]
-            return None
+            return
         while self.used_bytes + nbytes > self.capacity_bytes:
             _, evicted = self.lines.popitem(last=False)
             self.used_bytes -= evicted.nbytes
         if line is None:
-            line = self.lines[key] = _Line()
-        line.cells, line.nbytes = cells, nbytes
+            self.lines[key] = _Line(cells, nbytes, fill)
+        else:
+            line.cells, line.nbytes, line.fill = cells, nbytes, fill
         self.used_bytes += nbytes
-        return line
 
 
 @lru_cache(maxsize=65536)

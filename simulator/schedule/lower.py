@@ -120,7 +120,7 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         kernel.name, tuple(op.name for op in kernel.ops), kernel.fused, "cube", shape.dtype,
         _flops(kernel.ops, tensors), cores, t.to_dict(), sum(tensors[n].nbytes for n in ins),
         tensors[kernel.output].nbytes, plan, vector_work_bytes=_vector_work(kernel, workload, hw),
-        cube_flops=_flops(kernel.gemms, tensors))
+        cube_flops=_flops(kernel.gemms, tensors), gemms=len(kernel.gemms))
 
 
 # Each instruction costs a few hundred bytes while the program is built and run: past

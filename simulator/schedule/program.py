@@ -124,6 +124,7 @@ class KernelProgram:
     buffer_plan_bytes: dict[str, int] = field(default_factory=dict)  # slots reserved per core
     vector_work_bytes: float = 0.0              # vector ops: bytes × op cost factor
     cube_flops: int = 0                         # the part of `flops` the Cube does
+    gemms: int = 0                              # GEMMs sharing each A block (dual GEMM: 2)
 
     @property
     def instruction_count(self) -> int:
