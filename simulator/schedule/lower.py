@@ -239,11 +239,11 @@ class _MatmulCore:
         """Emit the MTE1 moves and Cube mmads of one K chunk of one block; return the
         accumulator slots. A chunk identical to one built before (same block shape, K range,
         slots and ring positions, on this core or another of the kernel) reuses its
-        instructions: every core numbers its flags alike, and the engine never changes an
-        instruction."""
+        instructions: every core creates the same flags in the same order before its first
+        chunk, and the engine never changes an instruction."""
         rings = [self.l0_a, *self.l0_b, *self.l0_c]
-        key = (rows, cols, kc, kc1, sides, tuple(ring.next for ring in rings),
-               tuple(acc_slots) if kc else None)
+        key = (len(self.core.flag_initial), rows, cols, kc, kc1, sides,
+               tuple(ring.next for ring in rings), tuple(acc_slots) if kc else None)
         built = self.chunks.get(key)
         if built is None:
             moves, mmads, acc_slots = self._build_chunk(rows, cols, kc, kc1, sides, acc_slots)
