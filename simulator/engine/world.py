@@ -16,6 +16,7 @@ and which moves the pipe on when it lands. The times are exactly those of a
 SimPy process per pipe waiting on every flag (checked on every workload when
 this was introduced), at about a quarter of the events.
 """
+
 from __future__ import annotations
 
 import gc
@@ -23,7 +24,8 @@ import math
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import NamedTuple
+from functools import partial
+from typing import Callable, NamedTuple
 
 import numpy as np
 import simpy
@@ -256,7 +258,8 @@ class World:
                     start = ready
             if instr.region is not None:    # global memory: at its cycle on the global clock
                 state.in_flight += 1
-                _GlobalTransfer(self, state, pipe, instr, start, wait_data, wait_slot)
+                _GlobalTransfer(self, instr, start, partial(self._landed, state, pipe, wait_data,
+                                                            wait_slot))
                 return
             if instr.src is None:
                 end = start + instr.cycles
@@ -264,6 +267,17 @@ class World:
                 latency, rate = routes[(instr.src, instr.dst)]
                 end = start + latency + math.ceil(instr.nbytes / rate)
             self._retire(state, pipe, instr, start, end, wait_data, wait_slot, 0, 0, 0)
+
+    def _landed(self, state: _CoreState, pipe: _Pipe, wait_data: int, wait_slot: int,
+                transfer: _GlobalTransfer) -> None:
+        """A global transfer is done: retire it and move its core on."""
+        end = int(self.env.now)
+        self._retire(state, pipe, transfer.instr, transfer.start, end, wait_data, wait_slot,
+                     end - transfer.start - transfer.ideal, transfer.hit_bytes,
+                     transfer.hbm_bytes)
+        state.in_flight -= 1
+        state.ready.append(pipe)
+        self._move(state)
 
     def _retire(self, state: _CoreState, pipe: _Pipe, instr: Instr, start: int, end: int,
                 wait_data: int, wait_slot: int, bandwidth_wait: int, hit_bytes: int,
@@ -350,13 +364,12 @@ class _GlobalTransfer:
     cells has landed), misses are fetched over HBM (filling L2). A write goes through to HBM
     and allocates in L2. The time beyond the uncontended cycles is waiting on the shared
     memories."""
-    __slots__ = ("world", "state", "pipe", "instr", "start", "wait_data", "wait_slot", "legs",
-                 "leg", "hit_bytes", "hbm_bytes", "ideal", "fill", "in_flight")
+    __slots__ = ("world", "instr", "start", "landed", "legs", "leg", "hit_bytes", "hbm_bytes",
+                 "ideal", "fill", "in_flight")
 
-    def __init__(self, world: World, state: _CoreState, pipe: _Pipe, instr: Instr, start: int,
-                 wait_data: int, wait_slot: int):
-        self.world, self.state, self.pipe, self.instr = world, state, pipe, instr
-        self.start, self.wait_data, self.wait_slot = start, wait_data, wait_slot
+    def __init__(self, world: World, instr: Instr, start: int,
+                 landed: Callable[[_GlobalTransfer], None]):
+        self.world, self.instr, self.start, self.landed = world, instr, start, landed
         env = world.env
         if start < env.now:
             raise InvariantError(f"{instr.label} would start at cycle {start}, "
@@ -412,13 +425,7 @@ class _GlobalTransfer:
     def _finish(self) -> None:
         if self.fill is not None:
             self.fill.land()
-        world, state, end = self.world, self.state, int(self.world.env.now)
-        world._retire(state, self.pipe, self.instr, self.start, end, self.wait_data,
-                      self.wait_slot, end - self.start - self.ideal, self.hit_bytes,
-                      self.hbm_bytes)
-        state.in_flight -= 1
-        state.ready.append(self.pipe)
-        world._move(state)
+        self.landed(self)
 
 
 def simulate_program(program: Program, hw: Hardware, max_cycles: int | None = None) -> Trace:
