@@ -172,3 +172,16 @@ def test_a_private_pipe_runs_ahead_of_the_global_clock_but_its_transfers_wait_fo
     assert by_label["store after compute"].start_cycle == launch + 500
     assert by_label["store after compute"].wait_data_cycles == 500
     assert by_label["independent load"].start_cycle == launch
+
+
+def test_slots_taken_beyond_a_buffers_capacity_are_caught(tiny):
+    from simulator.engine.world import InvariantError
+
+    core = new_core_program()
+    for _ in range(2):      # two 8 KiB slots of the 8 KiB L0A, the first never freed
+        move = transfer("MTE1", "move", "L1", "L0A", 8192)
+        move.acquire = ("L0A", 8192)
+        core.emit(move)
+    kernel = KernelProgram("k", ("k",), False, "cube", "fp16", 0, [core], None, 0, 0)
+    with pytest.raises(InvariantError, match="L0A of core 0 in kernel 0 holds 16384 B"):
+        simulate_program(Program([kernel], {}, 0), tiny)

@@ -103,6 +103,9 @@ class Trace:
     instructions: int
 
 
+_TIME_BITS = 41     # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _CoreState)
+
+
 class _Flag:
     """A counting semaphore between two pipes of one core (set_flag / wait_flag). Each set
     leaves a token stamped with the cycle it becomes visible at; one pipe sets a flag and
@@ -123,12 +126,16 @@ class _Pipe:
 
 
 class _CoreState:
-    __slots__ = ("kernel", "core", "flags", "slot_flag", "group", "pipes", "ready", "unfinished",
-                 "in_flight", "done")
+    __slots__ = ("kernel", "core", "flags", "slot_flag", "occupancy_key", "pipes", "ready",
+                 "unfinished", "in_flight", "done")
 
-    def __init__(self, kernel: int, core: CoreProgram, core_index: int, group: int, clock: int,
-                 done: simpy.Event):
-        self.kernel, self.core, self.group = kernel, core_index, group  # group: occupancy row
+    def __init__(self, kernel: int, core: CoreProgram, core_index: int, group: int,
+                 buffers: dict[str, int], clock: int, done: simpy.Event):
+        self.kernel, self.core = kernel, core_index
+        # a slot taken at cycle t is counted under key + 2t + 1, one freed under key + 2t: one
+        # sort orders them by kernel, core, buffer and time, frees before takes in a cycle
+        self.occupancy_key = {name: (group + index) << _TIME_BITS
+                              for name, index in buffers.items()}
         self.pipes = [_Pipe(name, queue, clock) for name, queue in core.queues.items() if queue]
         self.ready = deque(self.pipes)             # pipes that may be able to move
         self.unfinished = len(self.pipes)
@@ -150,8 +157,9 @@ class World:
         self.spans: list[KernelSpan] = []
         self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
         self.max_cores = max((len(k.cores) for k in program.kernels), default=1)
-        # (kernel/core/buffer group, 2 x cycle + 1 for a take, bytes taken or -freed)
-        self.occupancy_changes: list[tuple[int, int, int]] = []
+        # every slot taken or freed: its key (see _CoreState.occupancy_key) and bytes (-freed)
+        self.occupancy_keys: list[int] = []
+        self.occupancy_bytes: list[int] = []
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
                        for path, rate in engine.path_bytes_per_cycle.items()}
@@ -212,8 +220,8 @@ class World:
             cores_done = []
             for core_index, core in enumerate(kernel.cores):
                 group = (index * self.max_cores + core_index) * len(self.buffers)
-                state = _CoreState(index, core, core_index, group, int(self.env.now),
-                                   self.env.event())
+                state = _CoreState(index, core, core_index, group, self.buffers,
+                                   int(self.env.now), self.env.event())
                 cores_done.append(state.done)
                 self._move(state)
             yield self.env.all_of(cores_done)
@@ -290,12 +298,12 @@ class World:
                 state.ready.append(flag.waiter)
                 flag.waiter = None
         acquire, release = instr.acquire, instr.release
-        if acquire or release:
-            changes, buffers, group = self.occupancy_changes, self.buffers, state.group
-            if acquire:
-                changes.append((group + buffers[acquire[0]], 2 * start + 1, acquire[1]))
-            for buffer, nbytes in release:
-                changes.append((group + buffers[buffer], 2 * end, -nbytes))
+        if acquire:
+            self.occupancy_keys.append(state.occupancy_key[acquire[0]] + 2 * start + 1)
+            self.occupancy_bytes.append(acquire[1])
+        for buffer, nbytes in release:
+            self.occupancy_keys.append(state.occupancy_key[buffer] + 2 * end)
+            self.occupancy_bytes.append(-nbytes)
         region = instr.region
         self.records.append(_new_record(Record, (
             state.kernel, state.core, pipe.name, instr.label, start, end, wait_data, wait_slot,
@@ -310,12 +318,15 @@ class World:
         """The most bytes each buffer held on any core of any kernel, from every slot taken
         and freed (at one cycle, frees count before takes); above capacity is a bug."""
         peak = dict.fromkeys(self.buffers, 0)
-        if not self.occupancy_changes:
+        if not self.occupancy_keys:
             return peak
-        changes = np.array(self.occupancy_changes, dtype=np.int64)
-        groups, times, deltas = changes[:, 0], changes[:, 1], changes[:, 2]
-        order = np.lexsort((times, groups))
-        groups, held = groups[order], np.cumsum(deltas[order])
+        if self.env.now >= 1 << (_TIME_BITS - 1):
+            raise InvariantError(f"a run of {self.env.now:,} cycles is too long to check "
+                                 "buffer occupancy")
+        keys = np.array(self.occupancy_keys, dtype=np.int64)
+        order = np.argsort(keys, kind="stable")
+        groups, held = keys[order] >> _TIME_BITS, np.cumsum(
+            np.array(self.occupancy_bytes, dtype=np.int64)[order])
         first = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
         before = np.r_[0, held[first[1:] - 1]]                 # the running sum each group inherits
         held -= np.repeat(before, np.diff(np.r_[first, len(groups)]))
