@@ -78,37 +78,34 @@ class L2Cache:
         hit_bytes = fetch_bytes = hits = misses = 0
         in_flight = []
         lines, tensor = self.lines, region.tensor
-        row_pieces, col_pieces, cols, elem = self._cut(region)
-        for gr, row_pattern, row_count in row_pieces:
-            for gc, sectors, col_count, base, row_cell_bytes, cell in col_pieces:
-                key = (tensor, gr, gc)
-                need = sectors * row_pattern
-                line = lines.get(key)
-                if line is None:            # the common streaming case: all of it from HBM
-                    misses += 1
-                    fetch_bytes += row_count * row_cell_bytes
-                    self._fill(key, None, need, row_count * row_cell_bytes, fill)
-                    continue
-                lines.move_to_end(key)
-                present = line.cells
-                missing = need & ~present
-                if line.fill is not None and not line.fill.triggered and missing != need:
-                    in_flight.append(line.fill)
-                if not missing:
-                    hits += 1
-                    hit_bytes += row_count * col_count * elem
-                    continue
+        pieces, cols, elem = self._cut(region)
+        for granule, need, region_bytes, need_bytes, base, cell in pieces:
+            key = (tensor, granule)
+            line = lines.get(key)
+            if line is None:            # the common streaming case: all of it from HBM
                 misses += 1
-                cells = present | need
-                if cell:
-                    fetch_bytes += missing.bit_count() * cell
-                    cells_bytes = cells.bit_count() * cell
-                else:
-                    fetch_bytes += _cell_bytes(missing, base, cols, elem)
-                    cells_bytes = _cell_bytes(cells, base, cols, elem)
-                hit_bytes += (row_count * col_count * elem * (need & present).bit_count()
-                              // need.bit_count())
-                self._fill(key, line, cells, cells_bytes, fill)
+                fetch_bytes += need_bytes
+                self._fill(key, None, need, need_bytes, fill)
+                continue
+            lines.move_to_end(key)
+            present = line.cells
+            missing = need & ~present
+            if line.fill is not None and not line.fill.triggered and missing != need:
+                in_flight.append(line.fill)
+            if not missing:
+                hits += 1
+                hit_bytes += region_bytes
+                continue
+            misses += 1
+            cells = present | need
+            if cell:
+                fetch_bytes += missing.bit_count() * cell
+                cells_bytes = cells.bit_count() * cell
+            else:
+                fetch_bytes += _cell_bytes(missing, base, cols, elem)
+                cells_bytes = _cell_bytes(cells, base, cols, elem)
+            hit_bytes += region_bytes * (need & present).bit_count() // need.bit_count()
+            self._fill(key, line, cells, cells_bytes, fill)
         self.hits += hits
         self.misses += misses
         return hit_bytes, fetch_bytes, in_flight
@@ -116,17 +113,16 @@ class L2Cache:
     def write(self, region: Region) -> None:
         """Write-through with allocate: the written cells become present and recently used."""
         lines, tensor = self.lines, region.tensor
-        row_pieces, col_pieces, cols, elem = self._cut(region)
-        for gr, row_pattern, _ in row_pieces:
-            for gc, sectors, _, base, _, _ in col_pieces:
-                key = (tensor, gr, gc)
-                line = lines.get(key)
-                cells = sectors * row_pattern
-                if line is not None:
-                    lines.move_to_end(key)
-                    cells |= line.cells
-                self._fill(key, line, cells, _cell_bytes(cells, base, cols, elem),
-                           line.fill if line is not None else None)
+        pieces, cols, elem = self._cut(region)
+        for granule, need, _, _, base, _ in pieces:
+            key = (tensor, granule)
+            line = lines.get(key)
+            cells = need
+            if line is not None:
+                lines.move_to_end(key)
+                cells |= line.cells
+            self._fill(key, line, cells, _cell_bytes(cells, base, cols, elem),
+                       line.fill if line is not None else None)
 
     def _fill(self, key: tuple, line: _Line | None, cells: int, nbytes: int, fill) -> None:
         """Make `cells` (`nbytes`) of granule `key` present, by the fetch `fill`, evicting
@@ -151,27 +147,30 @@ class L2Cache:
 
 @lru_cache(maxsize=65536)
 def _cut_region(row0: int, row1: int, col0: int, col1: int, cols: int, elem: int,
-                height: int) -> tuple[tuple, tuple, int, int]:
+                height: int) -> tuple[tuple, int, int]:
     """Rows [row0, row1) x columns [col0, col1) of a tensor `cols` wide cut along granule
-    boundaries: per granule row (index, the cell pattern of the region's rows in it, row
-    count); per granule column (index, sector mask, column count, first column of the
-    granule, bytes of its cells in one row, bytes of one cell or 0 if the tensor's edge cuts
-    the granule); and the tensor's columns and element bytes. The same cut recurs on every
-    core and every layer, so it is cached."""
+    boundaries, per granule: its (row, column) index, the cells the region needs in it, the
+    region's bytes in it, the bytes of those cells (whole cells), the granule's first
+    column, and the bytes of one cell (0 if the tensor's edge cuts the granule); then the
+    tensor's columns and element bytes. The same cut recurs on every core and every layer,
+    so it is cached."""
     row_pieces = []
     for gr in range(row0 // height, (row1 - 1) // height + 1):
         r0, r1 = max(row0, gr * height), min(row1, (gr + 1) * height)
         row_pieces.append((gr, _ROWS_OF[r1 - r0] << (_ROW_BITS * (r0 - gr * height)), r1 - r0))
-    col_pieces = []
+    pieces = []
     for gc in range(col0 // GRANULE_COLS, (col1 - 1) // GRANULE_COLS + 1):
         base = gc * GRANULE_COLS
         lo, hi = max(col0, base), min(col1, base + GRANULE_COLS)
         first, last = (lo - base) // SECTOR_COLS, (hi - 1 - base) // SECTOR_COLS
         sectors = ((1 << (last + 1)) - 1) ^ ((1 << first) - 1)
         cell = SECTOR_COLS * elem if base + GRANULE_COLS <= cols else 0
-        col_pieces.append((gc, sectors, hi - lo, base, _cell_bytes(sectors, base, cols, elem),
-                           cell))
-    return tuple(row_pieces), tuple(col_pieces), cols, elem
+        row_cell_bytes = _cell_bytes(sectors, base, cols, elem)
+        for gr, row_pattern, row_count in row_pieces:
+            pieces.append(((gr, gc), sectors * row_pattern, row_count * (hi - lo) * elem,
+                           row_count * row_cell_bytes, base, cell))
+    pieces.sort(key=lambda piece: piece[0])        # row by row, as the region is laid out
+    return tuple(pieces), cols, elem
 
 
 def _cell_bytes(cells: int, base: int, cols: int, elem: int) -> int:
