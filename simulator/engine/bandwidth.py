@@ -38,7 +38,8 @@ class SharedChannel:
         self.flows: list[_Flow] = []        # in the order they started (they finish in it)
         self.by_cap: list[_Flow] = []       # the same flows, ordered by cap for water-filling
         self.updated_at = 0
-        self.version = 0
+        self.version = 0            # of the timer that will end the next flows
+        self.timer_at: int | None = None
 
     def transfer(self, nbytes: int, cap_bytes_per_cycle: float) -> simpy.Event:
         """An event that fires when `nbytes` have crossed this channel at the shared rate."""
@@ -79,15 +80,17 @@ class SharedChannel:
             flow.finish = finish = now + max(0, math.ceil(flow.remaining / flow.rate - _EPSILON))
             if soonest is None or finish < soonest:
                 soonest = finish
-        if soonest is not None:
+        if soonest is not None and soonest != self.timer_at:     # else the timer set stands
             self.version += 1
             version = self.version
+            self.timer_at = soonest
             timer = self.env.timeout(soonest - now)
             timer.callbacks.append(lambda _event: self._on_timer(version))
 
     def _on_timer(self, version: int) -> None:
         if version != self.version:
             return  # a start or end since then rescheduled the next completion
+        self.timer_at = None
         self._advance()
         now = self.env.now
         finished = [f for f in self.flows if f.finish <= now]
