@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from simulator.engine.world import (
     KernelSpan,
-    Record,
+    PipeLog,
     World,
     _GlobalTransfer,
 )
@@ -30,14 +30,15 @@ class ProcessPerPipeWorld(World):
                 flags = [[count, []] for count in core.flag_initial]
                 for pipe, queue in core.queues.items():
                     if queue:
-                        pipes.append(self.env.process(
-                            self._pipe(index, core_index, pipe, queue, core, flags)))
+                        log = PipeLog(index, core_index, pipe, queue, [])
+                        self.pipe_logs.append(log)
+                        pipes.append(self.env.process(self._pipe(log, core, flags)))
             yield self.env.all_of(pipes)
             self.spans.append(KernelSpan(index, start, int(self.env.now)))
 
-    def _pipe(self, kernel, core_index, pipe, queue, core, flags):
+    def _pipe(self, log, core, flags):
         env = self.env
-        for instr in queue:
+        for instr in log.instrs:
             wait_data = wait_slot = 0
             for flag_id in instr.waits:
                 flag = flags[flag_id]
@@ -70,11 +71,8 @@ class ProcessPerPipeWorld(World):
                     count_and_waiters[1].pop(0).succeed()
                 else:
                     count_and_waiters[0] += 1
-            self.records.append(Record(
-                kernel, core_index, pipe, instr.label, start, int(env.now), wait_data, wait_slot,
-                bandwidth_wait, instr.src, instr.dst, instr.nbytes, instr.reads, instr.writes,
-                hit, hbm, instr.region.tensor if instr.region else None, instr.acquire,
-                instr.release))
+            log.logged.extend((start, int(env.now), wait_data, wait_slot, bandwidth_wait, hit,
+                               hbm))
 
 
 def records_of(world_class, workload):

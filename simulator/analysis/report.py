@@ -7,11 +7,14 @@ nothing reaches back into the SimPy world.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass, field
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 from ..config.hardware import BUFFERS, Hardware
-from ..engine.world import InvariantError, Trace
+from ..engine.world import InvariantError, PipeLog, Trace
 from ..schedule.program import PIPES, Program
 from .roofline import Roofline, roofline
 
@@ -81,10 +84,10 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     per_tensor = {name: {"role": role, "bytes": nbytes, "hbm_read_bytes": 0, "l2_read_bytes": 0,
                          "hbm_write_bytes": 0} for name, (role, nbytes) in
                   program.tensor_roles.items()}
-    records_of = [[] for _ in program.kernels]
-    for r in trace.records:
-        records_of[r.kernel].append(r)
-    kernel_traffic = [_tally(records, busy, stalls, per_tensor) for records in records_of]
+    logs_of = [[] for _ in program.kernels]
+    for log in trace.pipes:
+        logs_of[log.kernel].append(log)
+    kernel_traffic = [_tally(logs, busy, stalls, per_tensor) for logs in logs_of]
     traffic = {level: {key: sum(t[level][key] for t in kernel_traffic)
                        for key in ("read_bytes", "write_bytes")} for level in LEVELS}
     traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses)
@@ -184,41 +187,50 @@ def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: 
                                  " more than came from global memory")
 
 
-def _tally(records, busy: dict, stalls: dict, per_tensor: dict) -> dict[str, dict[str, int]]:
-    """One walk over one kernel's records: returns the bytes read from and written to each
+def _tally(logs: list[PipeLog], busy: dict, stalls: dict,
+           per_tensor: dict) -> dict[str, dict[str, int]]:
+    """One pass over one kernel's pipe logs: returns the bytes read from and written to each
     level, and adds to the busy cycles and stalls per pipe and the traffic per tensor.
 
-    A global read is split into the bytes L2 served and the bytes fetched from HBM (which
-    also fill L2); a write goes through to HBM and allocates in L2."""
+    The bytes an instruction names are counted once per distinct instruction, times the times
+    it ran (the lowering reuses one instruction on every core and block). A global read is
+    split by its log into the bytes L2 served and the bytes fetched from HBM (which also fill
+    L2); a write goes through to HBM and allocates in L2."""
     traffic = {level: {"read_bytes": 0, "write_bytes": 0} for level in LEVELS}
     hbm, l2 = traffic["HBM"], traffic["L2"]
-    for r in records:
-        for level, nbytes in r.reads:
+    ran = Counter()
+    for log in logs:
+        busy[log.pipe] += sum(log.column("end_cycle")) - sum(log.column("start_cycle"))
+        for cause, logged in _STALL_LOGGED:
+            stalls[log.pipe][cause] += sum(log.column(logged))
+        ran.update(log.instrs)
+        transfers = compress(zip(log.instrs, log.column("l2_hit_bytes"),
+                                 log.column("hbm_bytes")), map(_region_of, log.instrs))
+        for instr, hit_bytes, fetched_bytes in transfers:
+            entry = per_tensor.get(instr.region.tensor)
+            if instr.src == "HBM":
+                hbm["read_bytes"] += fetched_bytes
+                l2["read_bytes"] += hit_bytes
+                l2["write_bytes"] += fetched_bytes
+                if entry is not None:
+                    entry["hbm_read_bytes"] += fetched_bytes
+                    entry["l2_read_bytes"] += hit_bytes
+            elif entry is not None:
+                entry["hbm_write_bytes"] += instr.nbytes
+    for instr, times in ran.items():
+        for level, nbytes in instr.reads:
+            if level != "HBM":      # how much came over HBM is in the log, above
+                traffic[level]["read_bytes"] += times * nbytes
+        for level, nbytes in instr.writes:
+            traffic[level]["write_bytes"] += times * nbytes
             if level == "HBM":
-                hbm["read_bytes"] += r.hbm_bytes
-                l2["read_bytes"] += r.l2_hit_bytes
-                l2["write_bytes"] += r.hbm_bytes
-            else:
-                traffic[level]["read_bytes"] += nbytes
-        for level, nbytes in r.writes:
-            traffic[level]["write_bytes"] += nbytes
-            if level == "HBM":
-                l2["write_bytes"] += nbytes
-        pipe = r.pipe
-        busy[pipe] += r.end_cycle - r.start_cycle
-        if r.wait_data_cycles or r.wait_slot_cycles or r.wait_bandwidth_cycles:
-            stall = stalls[pipe]
-            stall["data"] += r.wait_data_cycles
-            stall["buffer_slot"] += r.wait_slot_cycles
-            stall["shared_bandwidth"] += r.wait_bandwidth_cycles
-        if r.tensor is not None and r.tensor in per_tensor:
-            entry = per_tensor[r.tensor]
-            if r.src == "HBM":
-                entry["hbm_read_bytes"] += r.hbm_bytes
-                entry["l2_read_bytes"] += r.l2_hit_bytes
-            elif r.dst == "HBM":
-                entry["hbm_write_bytes"] += r.nbytes
+                l2["write_bytes"] += times * nbytes
     return traffic
+
+
+_STALL_LOGGED = (("data", "wait_data_cycles"), ("buffer_slot", "wait_slot_cycles"),
+                 ("shared_bandwidth", "wait_bandwidth_cycles"))
+_region_of = attrgetter("region")     # global-memory transfers are those with a region
 
 
 def _peak_tflops(program: Program, hw: Hardware) -> float:

@@ -2,8 +2,10 @@
 
 Lifecycle: build (channels, L2) → for each kernel: launch overhead, then every
 core's pipes run their in-order queues → collect. Time is integer cycles.
-Every executed instruction leaves one frozen `Record`; every statistic of the
-report is derived from those records.
+Every executed instruction leaves one `Record` in the trace; every statistic of
+the report is derived from those records. A pipe logs only the ints a record
+adds to its instruction (times, waits, bytes) and records are built from the
+log when asked for: building millions of tuples cost more than the timing.
 
 Only HBM and L2 are shared between cores, so only transfers to or from global
 memory need the global clock. Everything else a pipe does (Cube and vector
@@ -24,8 +26,8 @@ import math
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
-from typing import Callable, NamedTuple
+from functools import cached_property, partial
+from typing import Callable, Iterator, NamedTuple
 
 import numpy as np
 import simpy
@@ -59,7 +61,7 @@ class CycleBudgetError(SimulatorError):
 
 
 class Record(NamedTuple):
-    """One executed instruction (a NamedTuple: immutable and cheap to create on the hot path)."""
+    """One executed instruction: its instruction's fields and what its run LOGGED."""
 
     kernel: int
     core: int
@@ -82,7 +84,36 @@ class Record(NamedTuple):
     release: tuple[tuple[str, int], ...]     # slots freed at the end
 
 
-_new_record = tuple.__new__     # builds a Record from a tuple without NamedTuple's __new__
+# the ints a pipe logs per executed instruction, in this order (the rest of its Record is
+# its instruction's)
+LOGGED = ("start_cycle", "end_cycle", "wait_data_cycles", "wait_slot_cycles",
+          "wait_bandwidth_cycles", "l2_hit_bytes", "hbm_bytes")
+
+
+@dataclass(frozen=True)
+class PipeLog:
+    """What one pipe of one core executed: its instructions in order and, flat, the LOGGED
+    ints of each."""
+    kernel: int
+    core: int
+    pipe: str
+    instrs: list[Instr]
+    logged: list[int]
+
+    def column(self, field: str) -> list[int]:
+        """One LOGGED field of every executed instruction."""
+        return self.logged[LOGGED.index(field)::len(LOGGED)]
+
+    def records(self) -> Iterator[Record]:
+        rows = zip(*[iter(self.logged)] * len(LOGGED))
+        for instr, (start, end, wait_data, wait_slot, wait_bandwidth, hit, hbm) in zip(
+                self.instrs, rows):
+            region = instr.region
+            yield Record(self.kernel, self.core, self.pipe, instr.label, start, end, wait_data,
+                         wait_slot, wait_bandwidth, instr.src, instr.dst, instr.nbytes,
+                         instr.reads, instr.writes, hit, hbm,
+                         None if region is None else region.tensor, instr.acquire,
+                         instr.release)
 
 
 @dataclass(frozen=True)
@@ -94,13 +125,18 @@ class KernelSpan:
 
 @dataclass(frozen=True)
 class Trace:
-    records: list[Record]
+    pipes: list[PipeLog]        # by kernel, core, pipe
     kernels: list[KernelSpan]
     cycles: int
     l2_hits: int
     l2_misses: int
     peak_occupancy_bytes: dict[str, int]   # per buffer, highest seen on any core
     instructions: int
+
+    @cached_property
+    def records(self) -> list[Record]:
+        """One Record per executed instruction, pipe by pipe (built on first use)."""
+        return [record for log in self.pipes for record in log.records()]
 
 
 _TIME_BITS = 41     # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _CoreState)
@@ -119,10 +155,11 @@ class _Flag:
 
 class _Pipe:
     """One in-order pipe of a core: its queue, the next instruction, its own clock."""
-    __slots__ = ("name", "queue", "position", "clock")
+    __slots__ = ("name", "queue", "position", "clock", "logged")
 
     def __init__(self, name: str, queue: list[Instr], clock: int):
         self.name, self.queue, self.position, self.clock = name, queue, 0, clock
+        self.logged: list[int] = []     # see LOGGED
 
 
 class _CoreState:
@@ -153,7 +190,7 @@ class World:
         self.channels = {name: SharedChannel(self.env, name, mem.sustained_bytes_per_cycle)
                          for name, mem in hw.memories.items()}
         self.l2 = L2Cache(hw.memories["L2"].capacity_bytes, program.tensor_geometry)
-        self.records: list[Record] = []
+        self.pipe_logs: list[PipeLog] = []
         self.spans: list[KernelSpan] = []
         self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
         self.max_cores = max((len(k.cores) for k in program.kernels), default=1)
@@ -183,7 +220,7 @@ class World:
             if "No scheduled events left" not in str(exc):
                 raise
             # nothing left to happen before the last kernel finished: a deadlock, diagnosed below
-        executed = len(self.records)
+        executed = self.executed()
         if executed != self.program.instruction_count:
             if max_cycles is not None and self.env.now >= max_cycles:
                 raise CycleBudgetError(
@@ -192,14 +229,16 @@ class World:
                     "raise the budget (simulate(..., max_cycles=N)) if the workload is that "
                     "long, or look for a schedule that never finishes")
             raise InvariantError(self.diagnose_deadlock())
-        return Trace(self.records, self.spans, int(self.env.now), self.l2.hits, self.l2.misses,
+        return Trace(self.pipe_logs, self.spans, int(self.env.now), self.l2.hits, self.l2.misses,
                      self._peak_occupancy(), executed)
+
+    def executed(self) -> int:
+        return sum(len(log.logged) for log in self.pipe_logs) // len(LOGGED)
 
     def diagnose_deadlock(self) -> str:
         """Which pipes wait on which flag, and which instruction would have set it."""
-        lines = [f"deadlock at cycle {self.env.now:,}: {len(self.records):,} of "
+        lines = [f"deadlock at cycle {self.env.now:,}: {self.executed():,} of "
                  f"{self.program.instruction_count:,} instructions executed"]
-        done = {(r.kernel, r.core, r.pipe) for r in self.records}
         for (kernel, core_index, pipe), (position, flag_id) in sorted(self.waiting.items()):
             core = self.program.kernels[kernel].cores[core_index]
             instr = core.queues[pipe][position]
@@ -210,7 +249,8 @@ class World:
                          f"#{position} '{instr.label}' waits on flag {flag_id} "
                          f"({core.flag_cause[flag_id]}), set by: {who}")
         if len(lines) == 1:
-            lines.append(f"  no pipe is waiting on a flag; pipes that ran: {len(done)}")
+            ran = sum(1 for log in self.pipe_logs if log.logged)
+            lines.append(f"  no pipe is waiting on a flag; pipes that ran: {ran}")
         return "\n".join(lines[:40])
 
     def _kernels(self):
@@ -223,6 +263,8 @@ class World:
                 state = _CoreState(index, core, core_index, group, self.buffers,
                                    int(self.env.now), self.env.event())
                 cores_done.append(state.done)
+                self.pipe_logs += (PipeLog(index, core_index, pipe.name, pipe.queue, pipe.logged)
+                                   for pipe in state.pipes)
                 self._move(state)
             yield self.env.all_of(cores_done)
             end = max((done.value for done in cores_done), default=self.env.now)
@@ -290,7 +332,7 @@ class World:
     def _retire(self, state: _CoreState, pipe: _Pipe, instr: Instr, start: int, end: int,
                 wait_data: int, wait_slot: int, bandwidth_wait: int, hit_bytes: int,
                 hbm_bytes: int) -> None:
-        """An instruction is done: set its flags, free its slots, leave its record."""
+        """An instruction is done: set its flags, free its slots, log it."""
         for flag_id in instr.sets:      # set_flag: a token at `end`; wake the pipe waiting
             flag = state.flags[flag_id]
             flag.tokens.append(end)
@@ -304,11 +346,7 @@ class World:
         for buffer, nbytes in release:
             self.occupancy_keys.append(state.occupancy_key[buffer] + 2 * end)
             self.occupancy_bytes.append(-nbytes)
-        region = instr.region
-        self.records.append(_new_record(Record, (
-            state.kernel, state.core, pipe.name, instr.label, start, end, wait_data, wait_slot,
-            bandwidth_wait, instr.src, instr.dst, instr.nbytes, instr.reads, instr.writes,
-            hit_bytes, hbm_bytes, None if region is None else region.tensor, acquire, release)))
+        pipe.logged += (start, end, wait_data, wait_slot, bandwidth_wait, hit_bytes, hbm_bytes)
         pipe.position += 1
         pipe.clock = end
         if pipe.position == len(pipe.queue):

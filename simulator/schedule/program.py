@@ -27,8 +27,10 @@ class Region:
         return f"{self.tensor}[{self.row0}:{self.row1}, {self.col0}:{self.col1}]"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)
 class Instr:
+    """One instruction of one pipe. Identity is the instruction: the lowering reuses one
+    object wherever the same instruction recurs (so it hashes by identity)."""
     pipe: str
     label: str
     src: str | None = None            # transfers: source and destination levels
