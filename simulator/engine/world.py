@@ -200,6 +200,7 @@ class World:
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
                        for path, rate in engine.path_bytes_per_cycle.items()}
+        self.private_cycles: dict[Instr, int] = {}    # see _private_cycles, per instruction
         self.l2_latency = hw.memories["L2"].latency_cycles
         self.hbm_latency = hw.memories["HBM"].latency_cycles
 
@@ -288,7 +289,8 @@ class World:
 
     def _advance(self, state: _CoreState, pipe: _Pipe) -> None:
         """Run `pipe` until it needs a flag nobody has set yet or starts a global transfer."""
-        flags, slot_flag, queue, routes = state.flags, state.slot_flag, pipe.queue, self.routes
+        flags, slot_flag, queue = state.flags, state.slot_flag, pipe.queue
+        private_cycles = self.private_cycles
         while pipe.position < len(queue):
             instr = queue[pipe.position]
             waits = instr.waits
@@ -311,12 +313,18 @@ class World:
                 _GlobalTransfer(self, instr, start, partial(self._landed, state, pipe, wait_data,
                                                             wait_slot))
                 return
-            if instr.src is None:
-                end = start + instr.cycles
-            else:                           # on-chip move: start latency, then the engine's rate
-                latency, rate = routes[(instr.src, instr.dst)]
-                end = start + latency + math.ceil(instr.nbytes / rate)
-            self._retire(state, pipe, instr, start, end, wait_data, wait_slot, 0, 0, 0)
+            cycles = private_cycles.get(instr)
+            if cycles is None:
+                cycles = private_cycles[instr] = self._private_cycles(instr)
+            self._retire(state, pipe, instr, start, start + cycles, wait_data, wait_slot, 0, 0, 0)
+
+    def _private_cycles(self, instr: Instr) -> int:
+        """How long an instruction that needs no shared memory takes: compute its cycles, an
+        on-chip move its engine's start latency, then its bytes at the engine's rate."""
+        if instr.src is None:
+            return instr.cycles
+        latency, rate = self.routes[(instr.src, instr.dst)]
+        return latency + math.ceil(instr.nbytes / rate)
 
     def _landed(self, state: _CoreState, pipe: _Pipe, wait_data: int, wait_slot: int,
                 transfer: _GlobalTransfer) -> None:
