@@ -48,10 +48,13 @@ from .tiling import (
 def lower(workload: Workload, plan: Plan) -> Program:
     """Lower every kernel; every tiling problem of every kernel is reported together."""
     lowered, problems = [], []
+    chunks: dict = {}       # K chunks built so far, shared by matmuls of one shape and tiling
     for kernel in plan.kernels:
         try:
-            lower_one = lower_matmul if kernel.gemms else lower_vector
-            lowered.append(lower_one(kernel, workload, workload.hardware))
+            if kernel.gemms:
+                lowered.append(lower_matmul(kernel, workload, workload.hardware, chunks))
+            else:
+                lowered.append(lower_vector(kernel, workload, workload.hardware))
         except TilingError as exc:
             problems.append(str(exc))
     if problems:
@@ -88,7 +91,10 @@ def _operand_region(name: str, shape: tuple[int, ...], transposed: bool, batch: 
     return Region(name, offset + rows[0], offset + rows[1], cols[0], cols[1])
 
 
-def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProgram:
+def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
+                 chunks_by_shape: dict | None = None) -> KernelProgram:
+    """`chunks_by_shape` keeps the K chunks built (see `_MatmulCore._chunk`) per shape and
+    tiling: they name no tensor, so every kernel of that shape and tiling can reuse them."""
     tensors = workload.tensors
     shape = gemm_shape(list(kernel.gemms), tensors)
     if shape.dtype not in hw.cube.fractal:
@@ -100,7 +106,8 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
     core_b = -(-shape.batch // t.split_b)
     core_m = single_core_extent(shape.m, t.split_m, fm)
     core_n = single_core_extent(shape.n, t.split_n, fn)
-    cores, chunks = [], {}
+    cores = []
+    chunks = {} if chunks_by_shape is None else chunks_by_shape.setdefault((shape, t), {})
     for cb in range(t.split_b):
         for cm in range(t.split_m):
             for cn in range(t.split_n):
@@ -147,7 +154,7 @@ class _MatmulCore:
     def __init__(self, kernel: Kernel, workload: Workload, hw: Hardware, shape: MatmulShape,
                  t: Tiling, chunks: dict):
         self.kernel, self.workload, self.hw, self.shape, self.t = kernel, workload, hw, shape, t
-        self.chunks = chunks        # the K chunks built so far by any core of this kernel
+        self.chunks = chunks        # the K chunks built so far (see _chunk)
         self.fractal = hw.cube.fractal[shape.dtype]
         self.tensors = workload.tensors
         gemm = kernel.gemms[0]
@@ -238,9 +245,9 @@ class _MatmulCore:
                acc_slots: list[int]) -> list[int]:
         """Emit the MTE1 moves and Cube mmads of one K chunk of one block; return the
         accumulator slots. A chunk identical to one built before (same block shape, K range,
-        slots and ring positions, on this core or another of the kernel) reuses its
-        instructions: every core creates the same flags in the same order before its first
-        chunk, and the engine never changes an instruction."""
+        slots and ring positions, on any core of a kernel of this shape and tiling) reuses its
+        instructions: every such core creates its ring flags in the same order before its
+        first chunk, and the engine never changes an instruction."""
         rings = [self.l0_a, *self.l0_b, *self.l0_c]
         key = (len(self.core.flag_initial), rows, cols, kc, kc1, sides,
                tuple(ring.next for ring in rings), tuple(acc_slots) if kc else None)
