@@ -27,7 +27,8 @@ from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property, partial
-from typing import Callable, Iterator, NamedTuple
+from itertools import chain
+from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 import simpy
@@ -139,7 +140,7 @@ class Trace:
         return [record for log in self.pipes for record in log.records()]
 
 
-_TIME_BITS = 41     # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _CoreState)
+_TIME_BITS = 41     # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _peak_occupancy)
 
 
 class _Flag:
@@ -163,16 +164,12 @@ class _Pipe:
 
 
 class _CoreState:
-    __slots__ = ("kernel", "core", "flags", "slot_flag", "occupancy_key", "pipes", "ready",
-                 "unfinished", "in_flight", "done")
+    __slots__ = ("kernel", "core", "flags", "slot_flag", "pipes", "ready", "unfinished",
+                 "in_flight", "done")
 
-    def __init__(self, kernel: int, core: CoreProgram, core_index: int, group: int,
-                 buffers: dict[str, int], clock: int, done: simpy.Event):
+    def __init__(self, kernel: int, core: CoreProgram, core_index: int, clock: int,
+                 done: simpy.Event):
         self.kernel, self.core = kernel, core_index
-        # a slot taken at cycle t is counted under key + 2t + 1, one freed under key + 2t: one
-        # sort orders them by kernel, core, buffer and time, frees before takes in a cycle
-        self.occupancy_key = {name: (group + index) << _TIME_BITS
-                              for name, index in buffers.items()}
         self.pipes = [_Pipe(name, queue, clock) for name, queue in core.queues.items() if queue]
         self.ready = deque(self.pipes)             # pipes that may be able to move
         self.unfinished = len(self.pipes)
@@ -194,9 +191,6 @@ class World:
         self.spans: list[KernelSpan] = []
         self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
         self.max_cores = max((len(k.cores) for k in program.kernels), default=1)
-        # every slot taken or freed: its key (see _CoreState.occupancy_key) and bytes (-freed)
-        self.occupancy_keys: list[int] = []
-        self.occupancy_bytes: list[int] = []
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
                        for path, rate in engine.path_bytes_per_cycle.items()}
@@ -260,9 +254,7 @@ class World:
             yield self.env.timeout(self.hw.launch_overhead_cycles)
             cores_done = []
             for core_index, core in enumerate(kernel.cores):
-                group = (index * self.max_cores + core_index) * len(self.buffers)
-                state = _CoreState(index, core, core_index, group, self.buffers,
-                                   int(self.env.now), self.env.event())
+                state = _CoreState(index, core, core_index, int(self.env.now), self.env.event())
                 cores_done.append(state.done)
                 self.pipe_logs += (PipeLog(index, core_index, pipe.name, pipe.queue, pipe.logged)
                                    for pipe in state.pipes)
@@ -340,20 +332,14 @@ class World:
     def _retire(self, state: _CoreState, pipe: _Pipe, instr: Instr, start: int, end: int,
                 wait_data: int, wait_slot: int, bandwidth_wait: int, hit_bytes: int,
                 hbm_bytes: int) -> None:
-        """An instruction is done: set its flags, free its slots, log it."""
+        """An instruction is done: set its flags, log it (its slots, taken at its start and
+        freed at its end, are counted after the run: see _peak_occupancy)."""
         for flag_id in instr.sets:      # set_flag: a token at `end`; wake the pipe waiting
             flag = state.flags[flag_id]
             flag.tokens.append(end)
             if flag.waiter is not None:
                 state.ready.append(flag.waiter)
                 flag.waiter = None
-        acquire, release = instr.acquire, instr.release
-        if acquire:
-            self.occupancy_keys.append(state.occupancy_key[acquire[0]] + 2 * start + 1)
-            self.occupancy_bytes.append(acquire[1])
-        for buffer, nbytes in release:
-            self.occupancy_keys.append(state.occupancy_key[buffer] + 2 * end)
-            self.occupancy_bytes.append(-nbytes)
         pipe.logged += (start, end, wait_data, wait_slot, bandwidth_wait, hit_bytes, hbm_bytes)
         pipe.position += 1
         pipe.clock = end
@@ -361,30 +347,58 @@ class World:
             state.unfinished -= 1
 
     def _peak_occupancy(self) -> dict[str, int]:
-        """The most bytes each buffer held on any core of any kernel, from every slot taken
-        and freed (at one cycle, frees count before takes); above capacity is a bug."""
-        peak = dict.fromkeys(self.buffers, 0)
-        if not self.occupancy_keys:
-            return peak
+        """The most bytes each buffer held on any core of any kernel, from the pipe logs: an
+        instruction takes its slot at its start and frees its slots at its end (at one cycle,
+        frees count before takes). Above capacity is a bug."""
         if self.env.now >= 1 << (_TIME_BITS - 1):
             raise InvariantError(f"a run of {self.env.now:,} cycles is too long to check "
                                  "buffer occupancy")
-        keys = np.array(self.occupancy_keys, dtype=np.int64)
-        order = np.argsort(keys, kind="stable")
-        groups, held = keys[order] >> _TIME_BITS, np.cumsum(
-            np.array(self.occupancy_bytes, dtype=np.int64)[order])
+        logs, buffers = self.pipe_logs, self.buffers
+        # what an instruction takes and frees, numbered per distinct pattern (a few dozen)
+        patterns: dict[tuple, int] = {}
+        pattern_of = {instr: patterns.setdefault(((instr.acquire,) if instr.acquire else (),
+                                                  instr.release), len(patterns))
+                      for instr in dict.fromkeys(chain.from_iterable(log.instrs
+                                                                     for log in logs))}
+        instructions = sum(len(log.instrs) for log in logs)
+
+        def gathered(values_of: Callable[[PipeLog], Iterable[int]]) -> np.ndarray:
+            """One value per instruction of every log, as one array."""
+            return np.fromiter(chain.from_iterable(map(values_of, logs)), np.int64, instructions)
+
+        pattern = gathered(lambda log: map(pattern_of.__getitem__, log.instrs))
+        # a change sorts by its key: kernel, core and buffer in the high bits, then twice the
+        # cycle, plus one for a take (so that frees come first)
+        take_at = 2 * gathered(lambda log: log.column("start_cycle")) + 1
+        free_at = 2 * gathered(lambda log: log.column("end_cycle"))
+        group_of = np.repeat(np.array([log.kernel * self.max_cores + log.core for log in logs],
+                                      dtype=np.int64),
+                             [len(log.instrs) for log in logs]) * len(buffers)
+        keys, changes = [], []
+        for (taken, freed), number in patterns.items():
+            mine = np.flatnonzero(pattern == number)
+            for slots, at, sign in ((taken, take_at, 1), (freed, free_at, -1)):
+                for buffer, nbytes in slots:
+                    keys.append(((group_of[mine] + buffers[buffer]) << _TIME_BITS) + at[mine])
+                    changes.append(np.full(len(mine), sign * nbytes, dtype=np.int64))
+        peak = dict.fromkeys(buffers, 0)
+        if not keys:
+            return peak
+        keys = np.concatenate(keys)
+        order = np.argsort(keys, kind="stable")     # fast: the keys come in long sorted runs
+        groups, held = keys[order] >> _TIME_BITS, np.cumsum(np.concatenate(changes)[order])
         first = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
         before = np.r_[0, held[first[1:] - 1]]                 # the running sum each group inherits
         held -= np.repeat(before, np.diff(np.r_[first, len(groups)]))
-        names = list(self.buffers)
-        for buffer, index in self.buffers.items():
-            mine = groups % len(names) == index
-            if not mine.any():
+        group_peak, group = np.maximum.reduceat(held, first), groups[first]
+        for buffer, index in buffers.items():
+            mine = np.flatnonzero(group % len(buffers) == index)
+            if not len(mine):
                 continue
-            at = int(np.argmax(np.where(mine, held, np.iinfo(np.int64).min)))
-            peak[buffer] = int(held[at])
+            at = mine[np.argmax(group_peak[mine])]
+            peak[buffer] = int(group_peak[at])
             if peak[buffer] > self.hw.buffer_bytes[buffer]:
-                kernel, core = divmod(int(groups[at]) // len(names), self.max_cores)
+                kernel, core = divmod(int(group[at]) // len(buffers), self.max_cores)
                 raise InvariantError(f"{buffer} of core {core} in kernel {kernel} holds "
                                      f"{peak[buffer]} B > capacity "
                                      f"{self.hw.buffer_bytes[buffer]} B")
