@@ -1,6 +1,6 @@
 """Trace → Report: traffic, utilization, stalls, roofline, per-kernel rows.
 
-Everything here is derived from the trace records and the analytic model;
+Everything here is derived from the trace (what each pipe logged) and the analytic model;
 nothing reaches back into the SimPy world.
 """
 

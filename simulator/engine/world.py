@@ -215,7 +215,7 @@ class World:
             if "No scheduled events left" not in str(exc):
                 raise
             # nothing left to happen before the last kernel finished: a deadlock, diagnosed below
-        executed = self.executed()
+        executed = self.instructions_executed()
         if executed != self.program.instruction_count:
             if max_cycles is not None and self.env.now >= max_cycles:
                 raise CycleBudgetError(
@@ -227,12 +227,12 @@ class World:
         return Trace(self.pipe_logs, self.spans, int(self.env.now), self.l2.hits, self.l2.misses,
                      self._peak_occupancy(), executed)
 
-    def executed(self) -> int:
+    def instructions_executed(self) -> int:
         return sum(len(log.logged) for log in self.pipe_logs) // len(LOGGED)
 
     def diagnose_deadlock(self) -> str:
         """Which pipes wait on which flag, and which instruction would have set it."""
-        lines = [f"deadlock at cycle {self.env.now:,}: {self.executed():,} of "
+        lines = [f"deadlock at cycle {self.env.now:,}: {self.instructions_executed():,} of "
                  f"{self.program.instruction_count:,} instructions executed"]
         for (kernel, core_index, pipe), (position, flag_id) in sorted(self.waiting.items()):
             core = self.program.kernels[kernel].cores[core_index]
