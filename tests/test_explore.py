@@ -2,9 +2,14 @@
 
 import csv
 import json
+import tempfile
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import simulator as sim
 from simulator.config.workload import parse_workload
@@ -24,6 +29,28 @@ def test_sweep_rows_are_in_grid_order_and_identical_across_worker_counts():
     assert [(r["params.tokens"], r["schedule.fusion"]) for r in serial] == [
         (1, "none"), (1, "auto"), (16, "none"), (16, "auto")]
     assert all(r["error"] == "" and r["time_us"] > 0 for r in serial)
+
+
+@settings(max_examples=10, deadline=None)
+@given(tokens=st.lists(st.integers(1, 96), min_size=1, max_size=3, unique=True),
+       widths=st.lists(st.integers(1, 128), min_size=1, max_size=2, unique=True),
+       base_n=st.sampled_from([16, 32, 64, 4096]), workers=st.integers(2, 3))
+def test_sweeps_give_the_same_rows_for_any_worker_count(tokens, widths, base_n, workers):
+    """Random grids on the tiny chip (illegal tilings included): every row, bit for bit."""
+    raw = {"name": "linear", "hardware": "tiny", "params": {"m": 1, "n": 64, "k": 96},
+           "tensors": {"x": {"shape": ["m", "k"]}, "w": {"shape": ["k", "n"], "kind": "weight"},
+                       "bias": {"shape": ["n"], "kind": "weight"}},
+           "ops": [{"name": "mm", "op": "matmul", "inputs": ["x", "w"], "output": "y"},
+                   {"name": "b", "op": "bias_add", "inputs": ["y", "bias"], "output": "z"},
+                   {"name": "g", "op": "gelu", "inputs": ["z"], "output": "out"}]}
+    grid = {"params.m": tokens, "params.n": widths, "schedule.fusion": ["none", "auto"],
+            "schedule.tiling.mm.base.n": [base_n]}
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "linear.yaml"
+        path.write_text(yaml.safe_dump(raw))
+        serial = sim.sweep(str(path), grid, workers=1)
+        assert serial == sim.sweep(str(path), grid, workers=workers)
+        assert serial == sim.sweep(str(path), grid, workers=1)
 
 
 def test_an_illegal_point_is_a_row_with_its_reason():
