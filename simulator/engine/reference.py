@@ -1,0 +1,68 @@
+"""The plain model the engine stands for: one SimPy process per pipe of each core, waiting
+in global time on every flag. `World` computes exactly these times with a pipe running ahead
+of the global clock and a fraction of the events (tests/test_engine_reference.py checks it on
+random programs); this one is kept as the reference, and as the simplest reading of the
+model. The benchmark uses it to show what the event rate of a process per pipe would be."""
+
+from __future__ import annotations
+
+import math
+
+from .world import KernelSpan, PipeLog, World, _GlobalTransfer
+
+
+class ProcessPerPipeWorld(World):
+    """Each pipe of each core is a SimPy process; a flag is a count plus waiting events."""
+
+    def _kernels(self):
+        for index, kernel in enumerate(self.program.kernels):
+            start = self.env.now
+            yield self.env.timeout(self.hw.launch_overhead_cycles)
+            pipes = []
+            for core_index, core in enumerate(kernel.cores):
+                flags = [[count, []] for count in core.flag_initial]
+                for pipe, queue in core.queues.items():
+                    if queue:
+                        log = PipeLog(index, core_index, pipe, queue, [])
+                        self.pipe_logs.append(log)
+                        pipes.append(self.env.process(self._pipe(log, core, flags)))
+            yield self.env.all_of(pipes)
+            self.spans.append(KernelSpan(index, start, int(self.env.now)))
+
+    def _pipe(self, log, core, flags):
+        env = self.env
+        for instr in log.instrs:
+            wait_data = wait_slot = 0
+            for flag_id in instr.waits:
+                flag = flags[flag_id]
+                if flag[0]:
+                    flag[0] -= 1
+                    continue
+                event, since = env.event(), env.now
+                flag[1].append(event)
+                yield event
+                if core.flag_cause[flag_id] == "buffer_slot":
+                    wait_slot += env.now - since
+                else:
+                    wait_data += env.now - since
+            start = int(env.now)
+            hit = hbm = bandwidth_wait = 0
+            if instr.region is not None:
+                landed = env.event()
+                _GlobalTransfer(self, instr, start, landed.succeed)
+                transfer = yield landed
+                hit, hbm = transfer.hit_bytes, transfer.hbm_bytes
+                bandwidth_wait = int(env.now) - start - transfer.ideal
+            elif instr.src is None:
+                yield env.timeout(instr.cycles)
+            else:
+                latency, rate = self.routes[(instr.src, instr.dst)]
+                yield env.timeout(latency + math.ceil(instr.nbytes / rate))
+            for flag_id in instr.sets:
+                count_and_waiters = flags[flag_id]
+                if count_and_waiters[1]:
+                    count_and_waiters[1].pop(0).succeed()
+                else:
+                    count_and_waiters[0] += 1
+            log.logged.extend((start, int(env.now), wait_data, wait_slot, bandwidth_wait, hit,
+                               hbm))
