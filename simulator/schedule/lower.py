@@ -92,7 +92,7 @@ def _operand_region(name: str, shape: tuple[int, ...], transposed: bool, batch: 
 
 
 def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
-                 chunks_by_shape: dict | None = None) -> KernelProgram:
+                 chunks_by_shape: dict) -> KernelProgram:
     """`chunks_by_shape` keeps the K chunks built (see `_MatmulCore._chunk`) per shape and
     tiling: they name no tensor, so every kernel of that shape and tiling can reuse them."""
     tensors = workload.tensors
@@ -107,7 +107,7 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
     core_m = single_core_extent(shape.m, t.split_m, fm)
     core_n = single_core_extent(shape.n, t.split_n, fn)
     cores = []
-    chunks = {} if chunks_by_shape is None else chunks_by_shape.setdefault((shape, t), {})
+    chunks = chunks_by_shape.setdefault((shape, t), {})
     for cb in range(t.split_b):
         for cm in range(t.split_m):
             for cn in range(t.split_n):
