@@ -350,10 +350,11 @@ class World:
         """The most bytes each buffer held on any core of any kernel, from the pipe logs: an
         instruction takes its slot at its start and frees its slots at its end (at one cycle,
         frees count before takes). Above capacity is a bug."""
-        if self.env.now >= 1 << (_TIME_BITS - 1):
-            raise InvariantError(f"a run of {self.env.now:,} cycles is too long to check "
-                                 "buffer occupancy")
         logs, buffers = self.pipe_logs, self.buffers
+        core_buffers = len(self.program.kernels) * self.max_cores * len(buffers)
+        if self.env.now >= 1 << (_TIME_BITS - 1) or core_buffers >= 1 << (63 - _TIME_BITS):
+            raise InvariantError(f"a run of {self.env.now:,} cycles over {core_buffers:,} buffers "
+                                 "is too large to check buffer occupancy")
         # what an instruction takes and frees, numbered per distinct pattern (a few dozen)
         patterns: dict[tuple, int] = {}
         pattern_of = {instr: patterns.setdefault(((instr.acquire,) if instr.acquire else (),
