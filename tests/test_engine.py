@@ -43,6 +43,13 @@ def test_one_transfer_of_n_bytes(tiny, nbytes):
     assert record.hbm_bytes == nbytes and record.wait_bandwidth_cycles == 0
 
 
+def test_a_core_with_nothing_to_do_finishes_at_launch(tiny):
+    program = one_kernel([[load("t", 64)], []], {"t": (1, 32, 2)})
+    trace = simulate_program(program, tiny)
+    assert trace.instructions == 1
+    assert trace.cycles == LAUNCH + MTE2 + L2_LAT + HBM_LAT + 1
+
+
 def test_second_read_hits_l2(tiny):
     nbytes = 4096
     program = one_kernel([[load("t", nbytes), load("t", nbytes)]], {"t": (1, nbytes // 2, 2)})

@@ -272,7 +272,8 @@ class World:
         while state.ready:
             self._advance(state, state.ready.popleft())
         if not state.unfinished:
-            state.done.succeed(max(pipe.clock for pipe in state.pipes))
+            state.done.succeed(max((pipe.clock for pipe in state.pipes),
+                                   default=int(self.env.now)))
         elif not state.in_flight:   # nothing can move, nothing will land: a deadlock
             for flag_id, flag in enumerate(state.flags):
                 if flag.waiter is not None:
