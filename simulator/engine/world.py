@@ -106,6 +106,7 @@ class PipeLog:
         return self.logged[LOGGED.index(field)::len(LOGGED)]
 
     def records(self) -> Iterator[Record]:
+        """The Record of each executed instruction, in the order the pipe ran them."""
         rows = zip(*[iter(self.logged)] * len(LOGGED))
         for instr, (start, end, wait_data, wait_slot, wait_bandwidth, hit, hbm) in zip(
                 self.instrs, rows):
@@ -194,7 +195,7 @@ class World:
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
                        for path, rate in engine.path_bytes_per_cycle.items()}
-        self.private_cycles: dict[Instr, int] = {}    # see _private_cycles, per instruction
+        self.private_cycles: dict[Instr, int] = {}    # see _compute_private_cycles
         self.l2_latency = hw.memories["L2"].latency_cycles
         self.hbm_latency = hw.memories["HBM"].latency_cycles
 
@@ -308,10 +309,10 @@ class World:
                 return
             cycles = private_cycles.get(instr)
             if cycles is None:
-                cycles = private_cycles[instr] = self._private_cycles(instr)
+                cycles = private_cycles[instr] = self._compute_private_cycles(instr)
             self._retire(state, pipe, instr, start, start + cycles, wait_data, wait_slot, 0, 0, 0)
 
-    def _private_cycles(self, instr: Instr) -> int:
+    def _compute_private_cycles(self, instr: Instr) -> int:
         """How long an instruction that needs no shared memory takes: compute its cycles, an
         on-chip move its engine's start latency, then its bytes at the engine's rate."""
         if instr.src is None:
@@ -351,44 +352,17 @@ class World:
         """The most bytes each buffer held on any core of any kernel, from the pipe logs: an
         instruction takes its slot at its start and frees its slots at its end (at one cycle,
         frees count before takes). Above capacity is a bug."""
-        logs, buffers = self.pipe_logs, self.buffers
+        buffers = self.buffers
         core_buffers = len(self.program.kernels) * self.max_cores * len(buffers)
         if self.env.now >= 1 << (_TIME_BITS - 1) or core_buffers >= 1 << (63 - _TIME_BITS):
             raise InvariantError(f"a run of {self.env.now:,} cycles over {core_buffers:,} buffers "
                                  "is too large to check buffer occupancy")
-        # what an instruction takes and frees, numbered per distinct pattern (a few dozen)
-        patterns: dict[tuple, int] = {}
-        pattern_of = {instr: patterns.setdefault(((instr.acquire,) if instr.acquire else (),
-                                                  instr.release), len(patterns))
-                      for instr in dict.fromkeys(chain.from_iterable(log.instrs
-                                                                     for log in logs))}
-        instructions = sum(len(log.instrs) for log in logs)
-
-        def gathered(values_of: Callable[[PipeLog], Iterable[int]]) -> np.ndarray:
-            """One value per instruction of every log, as one array."""
-            return np.fromiter(chain.from_iterable(map(values_of, logs)), np.int64, instructions)
-
-        pattern = gathered(lambda log: map(pattern_of.__getitem__, log.instrs))
-        # a change sorts by its key: kernel, core and buffer in the high bits, then twice the
-        # cycle, plus one for a take (so that frees come first)
-        take_at = 2 * gathered(lambda log: log.column("start_cycle")) + 1
-        free_at = 2 * gathered(lambda log: log.column("end_cycle"))
-        group_of = np.repeat(np.array([log.kernel * self.max_cores + log.core for log in logs],
-                                      dtype=np.int64),
-                             [len(log.instrs) for log in logs]) * len(buffers)
-        keys, changes = [], []
-        for (taken, freed), number in patterns.items():
-            mine = np.flatnonzero(pattern == number)
-            for slots, at, sign in ((taken, take_at, 1), (freed, free_at, -1)):
-                for buffer, nbytes in slots:
-                    keys.append(((group_of[mine] + buffers[buffer]) << _TIME_BITS) + at[mine])
-                    changes.append(np.full(len(mine), sign * nbytes, dtype=np.int64))
         peak = dict.fromkeys(buffers, 0)
-        if not keys:
+        keys, changes = self._slot_changes()
+        if not len(keys):
             return peak
-        keys = np.concatenate(keys)
         order = np.argsort(keys, kind="stable")     # fast: the keys come in long sorted runs
-        groups, held = keys[order] >> _TIME_BITS, np.cumsum(np.concatenate(changes)[order])
+        groups, held = keys[order] >> _TIME_BITS, np.cumsum(changes[order])
         first = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
         before = np.r_[0, held[first[1:] - 1]]                 # the running sum each group inherits
         held -= np.repeat(before, np.diff(np.r_[first, len(groups)]))
@@ -405,6 +379,40 @@ class World:
                                      f"{peak[buffer]} B > capacity "
                                      f"{self.hw.buffer_bytes[buffer]} B")
         return peak
+
+    def _slot_changes(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every slot taken or freed in the run, from the pipe logs: its sort key (kernel, core
+        and buffer in the high bits, then twice the cycle, plus one for a take so that frees
+        come first) and its bytes (negative when freed)."""
+        logs, buffers = self.pipe_logs, self.buffers
+        # what an instruction takes and frees, numbered per distinct pattern (a few dozen)
+        patterns: dict[tuple, int] = {}
+        pattern_of = {instr: patterns.setdefault(((instr.acquire,) if instr.acquire else (),
+                                                  instr.release), len(patterns))
+                      for instr in dict.fromkeys(chain.from_iterable(log.instrs
+                                                                     for log in logs))}
+        instructions = sum(len(log.instrs) for log in logs)
+
+        def gathered(values_of: Callable[[PipeLog], Iterable[int]]) -> np.ndarray:
+            """One value per instruction of every log, as one array."""
+            return np.fromiter(chain.from_iterable(map(values_of, logs)), np.int64, instructions)
+
+        pattern = gathered(lambda log: map(pattern_of.__getitem__, log.instrs))
+        take_at = 2 * gathered(lambda log: log.column("start_cycle")) + 1
+        free_at = 2 * gathered(lambda log: log.column("end_cycle"))
+        group_of = np.repeat(np.array([log.kernel * self.max_cores + log.core for log in logs],
+                                      dtype=np.int64),
+                             [len(log.instrs) for log in logs]) * len(buffers)
+        keys, changes = [], []
+        for (taken, freed), number in patterns.items():
+            mine = np.flatnonzero(pattern == number)
+            for slots, at, sign in ((taken, take_at, 1), (freed, free_at, -1)):
+                for buffer, nbytes in slots:
+                    keys.append(((group_of[mine] + buffers[buffer]) << _TIME_BITS) + at[mine])
+                    changes.append(np.full(len(mine), sign * nbytes, dtype=np.int64))
+        if not keys:
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.concatenate(keys), np.concatenate(changes)
 
 
 class _Fetch:
