@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+from . import __version__
 from .errors import SimulatorError
 
 
@@ -18,6 +19,7 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m simulator",
         description="Cycle-approximate NPU memory-hierarchy simulator.")
+    parser.add_argument("--version", action="version", version=f"npu-memsim {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     run = sub.add_parser("run", help="simulate a workload and print its report",
                          description="Simulate a workload on its hardware and print the report.")

@@ -16,7 +16,16 @@ from ..errors import ConfigError, Problems
 from ..units import parse_clock, parse_rate, parse_size, parse_time
 from .strict import Fields, apply_overrides, as_fraction, as_int, as_number, read_yaml
 
-PRESET_DIR = Path(__file__).resolve().parents[2] / "hw_models"
+
+def _preset_dir() -> Path:
+    """The presets ship inside an installed package as simulator/hw_models; in a source
+    checkout (or an editable install) they are the repository's top-level hw_models/."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "hw_models"
+    return shipped if shipped.is_dir() else package.parent / "hw_models"
+
+
+PRESET_DIR = _preset_dir()
 SHARED_MEMORIES = ("HBM", "L2")
 BUFFERS = ("L1", "L0A", "L0B", "L0C", "UB")
 ENGINES = ("MTE2", "MTE1", "FIXPIPE", "MTE3")
