@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -111,12 +112,30 @@ def main(argv: list[str] | None = None) -> int:
                     "tune": _tune}
         return commands[args.command](args)
     except SimulatorError as exc:
-        for line in str(exc).splitlines():
-            print(f"error: {line}", file=sys.stderr)
+        lines = str(exc).splitlines() or [type(exc).__name__]
+        for line in lines[:MAX_ERROR_LINES]:
+            print(f"error: {clip(line)}", file=sys.stderr)
+        if len(lines) > MAX_ERROR_LINES:
+            print(f"error: ... and {len(lines) - MAX_ERROR_LINES:,} more problems",
+                  file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader of our output went away (`| head`): stop quietly, as Unix tools do
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lets the interpreter exit cleanly
+        return 0
+
+
+MAX_ERROR_LINES = 20          # problems printed; the rest are counted
+MAX_ERROR_CHARS = 300         # one problem's line, whatever the user wrote
+
+
+def clip(line: str) -> str:
+    if len(line) <= MAX_ERROR_CHARS:
+        return line
+    return f"{line[:MAX_ERROR_CHARS]}... ({len(line) - MAX_ERROR_CHARS:,} more characters)"
 
 
 def _run(args) -> int:

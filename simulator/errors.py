@@ -2,30 +2,67 @@
 
 from __future__ import annotations
 
+QUOTE_CHARS = 60          # how much of a value an error message repeats
+
+
+def quote(value: object) -> str:
+    """A value as an error message repeats it: its repr, or the start of a long one and its
+    size, so that one mistake is one short line whatever the user wrote."""
+    text = repr(value)
+    if len(text) <= QUOTE_CHARS:
+        return text
+    return f"{text[:QUOTE_CHARS]}... ({len(text):,} characters)"
+
 
 class SimulatorError(Exception):
     """A mistake in the user's input: the CLI prints it on one line each and exits 2."""
 
 
 class ConfigError(SimulatorError):
-    """One or more problems in an input file, each '<file>: <field path>: <rule>'."""
+    """One or more problems in an input file, each '<file>: <field path>: <rule>'.
 
-    def __init__(self, source: str, problems: list[str]):
+    A problem that an override caused names the override instead of the file
+    ('--set hardware.HBM.bandwidth=fast: ...'). `unknown_paths` holds the field paths that
+    name no field at all (a misspelling, as opposed to a bad value)."""
+
+    def __init__(self, source: str, problems: list[str], unknown_paths: tuple[str, ...] = ()):
         self.source = source
         self.problems = list(problems)
-        super().__init__("\n".join(f"{source}: {p}" for p in self.problems))
+        self.unknown_paths = tuple(unknown_paths)
+        super().__init__("\n".join(p if p.startswith(OVERRIDE_MARK) else f"{source}: {p}"
+                                   for p in self.problems))
+
+
+OVERRIDE_MARK = "--set "
 
 
 class Problems:
-    """Collects every problem of a file before raising, so a user fixes them in one go."""
+    """Collects every problem of a file before raising, so a user fixes them in one go.
 
-    def __init__(self, source: str):
+    `overrides` maps each overridden field path to the override as the user wrote it, so a
+    problem at (or under) that path is blamed on the override, not on the file."""
+
+    def __init__(self, source: str, overrides: dict[str, str] | None = None):
         self.source = source
+        self.overrides = overrides or {}
         self.items: list[str] = []
+        self.unknown_paths: list[str] = []
 
-    def add(self, path: str, message: str) -> None:
-        self.items.append(f"{path}: {message}" if path else message)
+    def add(self, path: str, message: str, unknown: bool = False) -> None:
+        override = self.override_at(path)
+        if override is not None:
+            self.items.append(f"{OVERRIDE_MARK}{override}: {message}")
+        else:
+            self.items.append(f"{path}: {message}" if path else message)
+        if unknown:
+            self.unknown_paths.append(path)
+
+    def override_at(self, path: str) -> str | None:
+        for overridden, text in self.overrides.items():
+            if path == overridden or path.startswith((overridden + ".", overridden + "[")):
+                return text
+        return None
 
     def raise_if_any(self) -> None:
         if self.items:
-            raise ConfigError(self.source, self.items)
+            raise ConfigError(self.source, self.items, tuple(self.unknown_paths))

@@ -11,6 +11,11 @@ from __future__ import annotations
 import math
 import re
 
+# Bytes per element of each data type a tensor or a Cube mode can have.
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1, "int32": 4}
+
+MAX_SIZE_BYTES = 2**50        # 1 PiB: more than any memory a chip has
+
 _BINARY = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
 _DECIMAL = {"": 1, "K": 10**3, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 _SIZE_PREFIX = {**_DECIMAL, **_BINARY}
@@ -32,27 +37,33 @@ class UnitError(ValueError):
 
 def _text(value: object, kind: str, example: str) -> str:
     if isinstance(value, bool) or not isinstance(value, (str, int, float)):
-        raise UnitError(f"expected a {kind} such as '{example}', got {value!r}")
+        raise UnitError(f"expected a {kind} such as '{example}', got {_quoted(value)}")
     return str(value).strip()
+
+
+def _quoted(value: object) -> str:
+    """What the user wrote, quoted, and cut short if it is long (error lines stay short)."""
+    text = value if isinstance(value, str) else repr(value)
+    return f"'{text}'" if len(text) <= 40 else f"'{text[:40]}...' ({len(text):,} characters)"
 
 
 def parse_size(value: object) -> int:
     """'64KiB' -> 65536, '1.5GB' -> 1500000000. A bare integer means bytes."""
     text = _text(value, "size", "64KiB")
     if isinstance(value, int):
-        nbytes = float(value)
+        nbytes = float(min(value, 2 * MAX_SIZE_BYTES))
     else:
         match = _SIZE_RE.fullmatch(text)
         if not match:
-            raise UnitError(f"'{text}' is not a size; write e.g. '64KiB', '32MiB', '1.5GB' "
-                            "(KiB = 1024 B, KB = 1000 B)")
+            raise UnitError(f"{_quoted(text)} is not a size; write e.g. '64KiB', '32MiB', "
+                            "'1.5GB' (KiB = 1024 B, KB = 1000 B)")
         nbytes = float(match["num"]) * _SIZE_PREFIX[match["prefix"]]
-    if not math.isfinite(nbytes):
-        raise UnitError(f"'{text}' is too large")
+    if not math.isfinite(nbytes) or nbytes > MAX_SIZE_BYTES:
+        raise UnitError(f"{_quoted(text)} is too large: no memory holds more than 1 PiB")
     if nbytes != int(nbytes):
-        raise UnitError(f"'{text}' is not a whole number of bytes")
+        raise UnitError(f"{_quoted(text)} is not a whole number of bytes")
     if nbytes <= 0:
-        raise UnitError(f"'{text}' must be a positive size")
+        raise UnitError(f"{_quoted(text)} must be a positive size")
     return int(nbytes)
 
 
@@ -64,9 +75,11 @@ def parse_rate(value: object, clock_hz: float) -> float:
     elif match := _PER_SECOND_RE.fullmatch(text):
         rate = float(match["num"]) * _SIZE_PREFIX[match["prefix"]] / clock_hz
     else:
-        raise UnitError(f"'{text}' is not a rate; write e.g. '1.2TB/s' or '128B/cycle'")
-    if rate <= 0 or not math.isfinite(rate):
-        raise UnitError(f"'{text}' must be a positive rate")
+        raise UnitError(f"{_quoted(text)} is not a rate; write e.g. '1.2TB/s' or '128B/cycle'")
+    if not math.isfinite(rate):
+        raise UnitError(f"{_quoted(text)} is too large to be a rate")
+    if rate <= 0:
+        raise UnitError(f"{_quoted(text)} must be a positive rate")
     return rate
 
 
@@ -74,15 +87,17 @@ def parse_time(value: object, clock_hz: float) -> int:
     """'500ns' or '200cycles' -> whole cycles (rounded up) of a clock of clock_hz."""
     text = _text(value, "time", "500ns")
     if isinstance(value, int) and not isinstance(value, bool):
-        raise UnitError(f"'{text}' needs a unit; write e.g. '{text}cycles' or '{text}ns'")
+        raise UnitError(f"{_quoted(text)} needs a unit; write e.g. '{text[:20]}cycles' or "
+                        f"'{text[:20]}ns'")
     if match := _CYCLES_RE.fullmatch(text):
         cycles = float(match["num"])
     elif match := _TIME_RE.fullmatch(text):
         cycles = float(match["num"]) * _TIME_SCALE[match["unit"]] * clock_hz
     else:
-        raise UnitError(f"'{text}' is not a time; write e.g. '500ns', '3us' or '200cycles'")
-    if cycles < 0 or not math.isfinite(cycles):
-        raise UnitError(f"'{text}' must not be negative")
+        raise UnitError(f"{_quoted(text)} is not a time; write e.g. '500ns', '3us' or "
+                        "'200cycles'")
+    if not math.isfinite(cycles):
+        raise UnitError(f"{_quoted(text)} is too large to be a time")
     # Round to the nearest picocycle first so '1ns' at 1 GHz is exactly 1 cycle.
     return math.ceil(round(cycles, 6))
 
@@ -92,10 +107,10 @@ def parse_clock(value: object) -> float:
     text = _text(value, "clock", "1.0GHz")
     match = _CLOCK_RE.fullmatch(text)
     if not match:
-        raise UnitError(f"'{text}' is not a clock; write e.g. '1.0GHz' or '800MHz'")
+        raise UnitError(f"{_quoted(text)} is not a clock; write e.g. '1.0GHz' or '800MHz'")
     hertz = float(match["num"]) * _CLOCK_SCALE[match["unit"]]
-    if hertz <= 0:
-        raise UnitError(f"'{text}' must be a positive clock")
+    if hertz <= 0 or not math.isfinite(hertz):
+        raise UnitError(f"{_quoted(text)} must be a positive, finite clock")
     return hertz
 
 

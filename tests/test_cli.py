@@ -61,7 +61,7 @@ def test_malformed_file(tmp_path):
 
 def test_unknown_field_from_override():
     assert_user_error(run_cli("run", "workloads/ffn_decode.yaml", "--set", "hardware.HBM.bw=1TB/s"),
-                      "HBM.bw: unknown field")
+                      "--set hardware.HBM.bw=1TB/s: unknown field")
 
 
 def test_tiling_that_does_not_fit():

@@ -8,13 +8,24 @@ clock, every rate bytes per cycle.
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, Problems
-from ..units import parse_clock, parse_rate, parse_size, parse_time
-from .strict import Fields, apply_overrides, as_fraction, as_int, as_number, read_yaml
+from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
+from ..units import DTYPE_BYTES, format_size, parse_clock, parse_rate, parse_size, parse_time
+from .strict import (
+    HARDWARE_PREFIX,
+    Fields,
+    apply_overrides,
+    as_fraction,
+    as_int,
+    as_name,
+    as_number,
+    override_label,
+    read_yaml,
+)
 
 
 def _preset_dir() -> Path:
@@ -32,6 +43,7 @@ ENGINES = ("MTE2", "MTE1", "FIXPIPE", "MTE3")
 LEVELS = SHARED_MEMORIES + BUFFERS
 VECTOR_COST_CLASSES = ("elementwise", "transcendental", "reduction")
 DTYPES = ("fp16", "bf16", "fp32", "int8")
+ACCUMULATOR_BYTES = 4  # the Cube accumulates in fp32 (int32 for int8)
 
 
 @dataclass(frozen=True)
@@ -113,10 +125,11 @@ class Hardware:
 
 
 def resolve_hardware_path(name_or_path: str, relative_to: Path | None = None) -> Path:
-    """A preset name ('ascend910') or a path to a YAML file."""
+    """A preset name ('ascend910') or a path to a YAML file; a relative path is taken from
+    `relative_to` (the folder of the workload that names it) when given."""
     candidate = Path(name_or_path)
     if candidate.suffix in (".yaml", ".yml"):
-        if not candidate.is_absolute() and relative_to is not None and not candidate.exists():
+        if not candidate.is_absolute() and relative_to is not None:
             candidate = relative_to / candidate
         return candidate
     return PRESET_DIR / f"{name_or_path}.yaml"
@@ -126,23 +139,48 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def load_hardware(name_or_path: str, overrides: list[tuple[str, Any]] = ()) -> Hardware:
-    """Load and validate a hardware preset or file; `overrides` are (dotted path, value) pairs."""
-    path = resolve_hardware_path(name_or_path)
-    if not path.exists() and path.parent == PRESET_DIR:
-        raise ConfigError(str(name_or_path), [
-            f"no hardware preset named '{name_or_path}' (presets: {', '.join(preset_names())})"])
-    raw = apply_overrides(read_yaml(path), list(overrides), str(path))
-    return parse_hardware(raw, str(path))
+def load_hardware(name_or_path: str, overrides: list[tuple[str, Any]] = (),
+                  relative_to: Path | None = None, named_in: str | None = None) -> Hardware:
+    """Load and validate a hardware preset or file; `overrides` are (dotted path, value) pairs.
+
+    `named_in` is the workload file (or the override) that names this hardware: a name
+    that leads nowhere is its mistake, reported against it."""
+    path = resolve_hardware_path(name_or_path, relative_to)
+    where, field = (named_in, "hardware: ") if named_in else (str(name_or_path), "")
+    if where.startswith(OVERRIDE_MARK):
+        field = ""
+    is_preset = path.parent == PRESET_DIR and _PRESET_NAME.fullmatch(name_or_path)
+    if not is_preset and Path(name_or_path).suffix not in (".yaml", ".yml") or \
+            is_preset and not path.is_file():
+        raise ConfigError(where, [f"{field}no hardware preset named {quote(name_or_path)} "
+                                  f"(presets: {', '.join(preset_names())}; a hardware file's "
+                                  "path ends in .yaml)"])
+    if not path.exists():
+        raise ConfigError(where, [f"{field}{quote(name_or_path)}: no such file ({path})"])
+    raw = apply_overrides(read_yaml(path), list(overrides), str(path), HARDWARE_PREFIX)
+    return parse_hardware(raw, str(path), {p: override_label(HARDWARE_PREFIX + p, v)
+                                           for p, v in overrides})
 
 
-def parse_hardware(raw: dict, source: str) -> Hardware:
-    problems = Problems(source)
+_PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+
+# Sanity ranges: a figure outside them is a slip (a unit off by a factor of a thousand or a
+# million), not a chip.
+CLOCK_RANGE_HZ = (1e6, 1e11)            # 1 MHz to 100 GHz
+MAX_LATENCY_S = 100e-6                  # the start-up of any memory, engine or unit
+MAX_LAUNCH_OVERHEAD_S = 10e-3           # dispatching one kernel
+MAX_COST_FACTOR = 1000.0                # cycles per byte of a vector op, relative to an add
+
+
+def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = None) -> Hardware:
+    """`overrides` maps each overridden field path to the override as the user wrote it."""
+    problems = Problems(source, overrides)
     top = Fields(raw, "", problems)
-    name = top.get("name", str)
-    clock_hz = top.get("clock", parse_clock)
+    name = top.get("name", as_name)
+    clock_hz = top.get("clock", _clock)
     cores = top.get("cores", as_int(1, 4096))
     clock = clock_hz or 1e9  # keep validating the rest even if the clock is bad
+    latency = _latency(clock, MAX_LATENCY_S)
 
     memories = {}
     for mem in SHARED_MEMORIES:
@@ -151,7 +189,7 @@ def parse_hardware(raw: dict, source: str) -> Hardware:
             name=mem,
             capacity_bytes=f.get("capacity", parse_size),
             peak_bytes_per_cycle=f.get("bandwidth", lambda v: parse_rate(v, clock)),
-            latency_cycles=f.get("latency", lambda v: parse_time(v, clock)),
+            latency_cycles=f.get("latency", latency),
             efficiency=f.get("efficiency", as_fraction, default=1.0),
         )
         f.finish()
@@ -166,7 +204,7 @@ def parse_hardware(raw: dict, source: str) -> Hardware:
     served: dict[tuple[str, str], str] = {}
     for eng in ENGINES:
         f = top.sub(eng)
-        latency = f.get("latency", lambda v: parse_time(v, clock))
+        start_cycles = f.get("latency", latency)
         paths_f = f.sub("paths")
         rates = {}
         for key in paths_f.raw:
@@ -187,10 +225,10 @@ def parse_hardware(raw: dict, source: str) -> Hardware:
                 problems.add(path_name, str(exc))
         paths_f.finish()
         f.finish()
-        engines[eng] = Engine(eng, latency, rates)
+        engines[eng] = Engine(eng, start_cycles, rates)
 
     cube_f = top.sub("cube")
-    cube_latency = cube_f.get("latency", lambda v: parse_time(v, clock))
+    cube_latency = cube_f.get("latency", latency)
     fractal_f = cube_f.sub("fractal")
     fractal = {}
     for dtype in fractal_f.raw:
@@ -209,19 +247,62 @@ def parse_hardware(raw: dict, source: str) -> Hardware:
 
     vec_f = top.sub("vector")
     vec_rate = vec_f.get("bandwidth", lambda v: parse_rate(v, clock))
-    vec_latency = vec_f.get("latency", lambda v: parse_time(v, clock))
+    vec_latency = vec_f.get("latency", latency)
     factor_f = vec_f.sub("cost_factor")
-    factors = {cls: factor_f.get(cls, as_number) for cls in VECTOR_COST_CLASSES}
+    factors = {cls: factor_f.get(cls, as_number(MAX_COST_FACTOR)) for cls in VECTOR_COST_CLASSES}
     factor_f.finish()
     vec_f.finish()
 
-    launch = top.get("launch_overhead", lambda v: parse_time(v, clock))
+    launch = top.get("launch_overhead", _latency(clock, MAX_LAUNCH_OVERHEAD_S))
     top.finish()
     if not problems.items:
         _check_topology(served, problems)
+        _check_buffers(buffer_bytes, fractal, problems)
     problems.raise_if_any()
     return Hardware(name, source, clock_hz, cores, memories, buffer_bytes, engines,
                     Cube(cube_latency, fractal), Vector(vec_rate, vec_latency, factors), launch)
+
+
+def _clock(value: Any) -> float:
+    hertz = parse_clock(value)
+    low, high = CLOCK_RANGE_HZ
+    if not low <= hertz <= high:
+        raise ValueError(f"{quote(value)} is outside the {low / 1e6:g} MHz to {high / 1e9:g} "
+                         "GHz a chip's clock can be")
+    return hertz
+
+
+def _latency(clock_hz: float, maximum_s: float):
+    """A time in whole cycles, refused beyond `maximum_s` (the unit is then surely wrong)."""
+    def parse(value: Any) -> int:
+        cycles = parse_time(value, clock_hz)
+        if cycles > maximum_s * clock_hz:
+            raise ValueError(f"{quote(value)} is {cycles / clock_hz * 1e6:,.0f} µs, beyond the "
+                             f"{maximum_s * 1e6:,.0f} µs this can sensibly take (is the unit "
+                             "right?)")
+        return cycles
+    return parse
+
+
+def _check_buffers(capacity: dict[str, int], fractal: dict, problems: Problems) -> None:
+    """The hierarchy must be able to run one Cube fractal: L0A/L0B are filled from L1, so they
+    cannot be larger; each buffer holds at least its share of one fractal step, and UB one
+    accumulator block drained for an epilogue."""
+    for buf in ("L0A", "L0B"):
+        if capacity[buf] > capacity["L1"]:
+            problems.add(f"{buf}.capacity", f"{format_size(capacity[buf])} is larger than L1 "
+                         f"({format_size(capacity['L1'])}), which fills it")
+    needs: dict[str, tuple[int, str]] = {}       # buffer -> (bytes, the fractal that needs it)
+    for dtype, (m, n, k) in fractal.items():
+        width = DTYPE_BYTES[dtype]
+        for buf, nbytes in (("L0A", m * k * width), ("L0B", k * n * width),
+                            ("L0C", m * n * ACCUMULATOR_BYTES), ("UB", m * n * ACCUMULATOR_BYTES),
+                            ("L1", (m + n) * k * width)):
+            needs[buf] = max(needs.get(buf, (0, "")), (nbytes, f"{dtype} {m}x{n}x{k}"))
+    for buf, (nbytes, which) in needs.items():
+        if capacity[buf] < nbytes:
+            problems.add(f"{buf}.capacity", f"{format_size(capacity[buf])} cannot hold its part "
+                         f"of one Cube fractal ({which}): it needs {nbytes:,} B")
 
 
 # Paths the lowering uses: staging operands, feeding the Cube, draining, vector kernels.

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError, Problems
+from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
 from ..graph.ops import DTYPE_BYTES, OPS
-from .hardware import Hardware, load_hardware, resolve_hardware_path
+from .hardware import Hardware, load_hardware
 from .strict import (
+    HARDWARE_PREFIX,
     Fields,
     SkipField,
     apply_overrides,
@@ -23,11 +24,18 @@ from .strict import (
     as_name,
     describe,
     join,
+    key_text,
+    not_an_integer,
     one_of,
+    override_label,
+    parse_override,
     read_yaml,
 )
 
 DTYPES = tuple(DTYPE_BYTES)
+MAX_DIMENSION = 2**32          # a param or a tensor dimension; no chip holds a larger one
+MAX_RANK = 8                   # dimensions of one tensor
+MAX_EXPRESSION_CHARS = 200     # a shape expression such as '(hidden + 1) / 2'
 TENSOR_KINDS = ("activation", "weight", "cache")
 ORDERS = ("m", "n")
 FUSION_MODES = ("none", "auto")
@@ -92,55 +100,41 @@ class Workload:
         return self.tiling.get(op_name, self.tiling.get("default", TilingSpec()))
 
 
-def parse_override(text: str) -> tuple[str, Any]:
-    """'params.tokens=2048' -> ('params.tokens', 2048); the value is read as a YAML scalar."""
-    import yaml
-
-    if "=" not in text:
-        raise ConfigError("--set", [f"'{text}' must be PATH=VALUE, e.g. params.tokens=2048"])
-    path, _, value_text = text.partition("=")
-    path = path.strip()
-    if not path or any(not part for part in path.split(".")):
-        raise ConfigError("--set", [f"'{text}': '{path}' is not a dotted field path"])
-    try:
-        value = yaml.safe_load(value_text) if value_text.strip() else ""
-    except yaml.YAMLError:
-        value = value_text
-    return path, value
-
-
 def load_workload(path: str | Path, overrides: list[str] | list[tuple[str, Any]] = ()) -> Workload:
-    """Load, override, validate. Overrides starting with 'hardware.' apply to the hardware."""
+    """Load, override, validate. Overrides starting with 'hardware.' apply to the hardware,
+    whose path in the file is relative to the workload file's folder."""
     pairs = [parse_override(o) if isinstance(o, str) else tuple(o) for o in overrides]
     source = str(path)
-    hw_overrides = [(p[len("hardware."):], v) for p, v in pairs if p.startswith("hardware.")]
-    wl_overrides = [(p, v) for p, v in pairs if not p.startswith("hardware.")]
+    hw_overrides = [(p[len(HARDWARE_PREFIX):], v) for p, v in pairs
+                    if p.startswith(HARDWARE_PREFIX)]
+    wl_overrides = [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)]
     raw = read_yaml(path)
     known_params = raw.get("params") if isinstance(raw.get("params"), dict) else {}
-    for override_path, _ in wl_overrides:
+    for override_path, value in wl_overrides:
         head, _, param = override_path.partition(".")
         if head == "params" and param not in known_params:
-            raise ConfigError(source, [f"--set {override_path}: no param '{param}' in the file "
-                                       f"(params: {', '.join(map(str, known_params)) or 'none'})"])
+            raise ConfigError(source, [
+                f"{OVERRIDE_MARK}{override_label(override_path, value)}: no param "
+                f"{quote(param)} in {source} (params: "
+                f"{', '.join(map(str, known_params)) or 'none'})"],
+                unknown_paths=(override_path,))
     raw = apply_overrides(raw, wl_overrides, source)
 
     hw_name = raw.get("hardware")
-    if not isinstance(hw_name, str) or not hw_name:
+    if not isinstance(hw_name, str) or not hw_name.strip():
         raise ConfigError(source, ["hardware: is required: a preset name such as 'ascend910' "
                                    "or a path to a hardware YAML file"])
-    hw_path = resolve_hardware_path(hw_name, Path(path).resolve().parent)
-    try:
-        hardware = load_hardware(str(hw_path) if hw_path.exists() else hw_name, hw_overrides)
-    except ConfigError as exc:
-        if hw_path.exists():
-            raise
-        raise ConfigError(source, [f"hardware: {p}" for p in exc.problems]) from None
+    named_in = next((OVERRIDE_MARK + override_label(p, v) for p, v in wl_overrides
+                     if p == "hardware"), source)
+    hardware = load_hardware(hw_name, hw_overrides, relative_to=Path(path).resolve().parent,
+                             named_in=named_in)
     return parse_workload(raw, source, hardware, tuple(pairs))
 
 
 def parse_workload(raw: dict, source: str, hardware: Hardware,
                    overrides: tuple = ()) -> Workload:
-    problems = Problems(source)
+    problems = Problems(source, {path: override_label(path, value) for path, value in overrides
+                                 if not path.startswith(HARDWARE_PREFIX)})
     top = Fields(raw, "", problems)
     name = top.get("name", as_name)
     top.get("hardware", as_name)
@@ -151,15 +145,19 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     for key in params_f.raw:
         params_f.used.add(key)
         if not isinstance(key, str) or not key.isidentifier():
-            problems.add(join("params", key), "a param name must be an identifier")
+            problems.add(join("params", key_text(key)), "a param name must be an identifier")
             continue
         value = params_f.raw[key]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            problems.add(join("params", key), f"must be a positive integer, got {describe(value)} "
-                         f"{value!r}")
-            params[key] = None      # reported: shapes that use it are skipped, not blamed
+        if isinstance(value, bool) or not isinstance(value, int):
+            problems.add(join("params", key), f"must be a positive integer, "
+                         f"{not_an_integer(value)}")
+        elif not 1 <= value <= MAX_DIMENSION:
+            problems.add(join("params", key), f"must be a positive integer of at most "
+                         f"{MAX_DIMENSION:,} (2^32), got {quote(value)}")
+        else:
+            params[key] = value
             continue
-        params[key] = value
+        params[key] = None      # reported: shapes that use it are skipped, not blamed
 
     tensors: dict[str, Tensor] = {}
     tensors_f = top.sub("tensors")
@@ -219,7 +217,7 @@ def _parse_ops(raw_ops: list | None, params: dict[str, int], problems: Problems,
             continue
         path = f"ops[{index}] ({name})"
         if name in names:
-            problems.add(f"{path}.name", f"op name '{name}' is used twice")
+            problems.add(f"{path}.name", f"op name {quote(name)} is used twice")
             broken.add(output)
             continue
         names.add(name)
@@ -253,22 +251,22 @@ def _fusion(value: Any, op_names: set[str]) -> str | tuple[tuple[str, ...], ...]
     if value in FUSION_MODES:
         return value
     if not isinstance(value, list) or not all(isinstance(g, list) and g for g in value):
-        raise ValueError(f"{value!r} is not one of: auto, none, or a list of op-name groups "
+        raise ValueError(f"{quote(value)} is not one of: auto, none, or a list of op-name groups "
                          "such as [[gate, up, act, glu]]")
     seen: set[str] = set()
     for group in value:
         for name in group:
             if name not in op_names:
-                raise ValueError(f"group {group}: no op named {name!r}")
+                raise ValueError(f"group {quote(group)}: no op named {quote(name)}")
             if name in seen:
-                raise ValueError(f"op {name!r} is in two groups")
+                raise ValueError(f"op {quote(name)} is in two groups")
             seen.add(name)
     return tuple(tuple(group) for group in value)
 
 
 def _name_list(value: Any) -> list[str]:
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"expected a list of tensor names, got {value!r}")
+        raise ValueError(f"expected a list of tensor names, got {quote(value)}")
     return value
 
 
@@ -276,10 +274,10 @@ def _parse_tiling(f: Fields, op_names: set[str], problems: Problems) -> dict[str
     result = {}
     for key in f.raw:
         f.used.add(key)
-        path = join(f.path, key)
+        path = join(f.path, key_text(key))
         if key != "default" and key not in op_names:
-            problems.add(path, f"no op named '{key}' (ops: {', '.join(sorted(op_names))}, "
-                         "or 'default')")
+            problems.add(path, f"no op named {quote(key)} (ops: {', '.join(sorted(op_names))}, "
+                         "or 'default')", unknown=True)
             continue
         if f.raw[key] == "auto":
             problems.add(path, "'auto' asks for the tiling search, which is not built yet; "
@@ -307,11 +305,17 @@ def _parse_tiling(f: Fields, op_names: set[str], problems: Problems) -> dict[str
 def _shape(value: Any, params: dict[str, int]) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise ValueError(f"expected a list of dimensions, got {describe(value)}")
+    if len(value) > MAX_RANK:
+        raise ValueError(f"has {len(value)} dimensions; a tensor has at most {MAX_RANK}")
     dims = []
     for i, dim in enumerate(value):
         size = evaluate(dim, params)
         if size < 1:
-            raise ValueError(f"[{i}] = {dim!r} evaluates to {size}; dimensions must be positive")
+            raise ValueError(f"[{i}] = {quote(dim)} evaluates to {size}; dimensions must be "
+                             "positive")
+        if size > MAX_DIMENSION:
+            raise ValueError(f"[{i}] = {quote(dim)} evaluates to {size:,}, larger than the "
+                             f"{MAX_DIMENSION:,} (2^32) a dimension may be")
         dims.append(size)
     return tuple(dims)
 
@@ -327,11 +331,14 @@ def evaluate(expr: Any, params: dict[str, int]) -> int:
     if isinstance(expr, int):
         return expr
     if not isinstance(expr, str):
-        raise ValueError(f"{expr!r} is not a dimension or expression")
+        raise ValueError(f"{quote(expr)} is not a dimension or expression")
+    if len(expr) > MAX_EXPRESSION_CHARS:
+        raise ValueError(f"{quote(expr)} is longer than the {MAX_EXPRESSION_CHARS} characters "
+                         "a shape expression may be")
     try:
         tree = ast.parse(expr.strip(), mode="eval")
-    except SyntaxError:
-        raise ValueError(f"'{expr}' is not a valid expression (use integers, param names, "
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        raise ValueError(f"{quote(expr)} is not a valid expression (use integers, param names, "
                          "+ - * / and parentheses)") from None
 
     def walk(node: ast.AST) -> int:
@@ -342,7 +349,7 @@ def evaluate(expr: Any, params: dict[str, int]) -> int:
         if isinstance(node, ast.Name):
             if node.id not in params:
                 known = ", ".join(sorted(params)) or "none"
-                raise ValueError(f"'{expr}': unknown param '{node.id}' (params: {known})")
+                raise ValueError(f"{quote(expr)}: unknown param {quote(node.id)} (params: {known})")
             if params[node.id] is None:
                 raise SkipField(node.id)    # the param itself is wrong, and already reported
             return params[node.id]
@@ -353,11 +360,11 @@ def evaluate(expr: Any, params: dict[str, int]) -> int:
         if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
             left, right = walk(node.left), walk(node.right)
             if right == 0:
-                raise ValueError(f"'{expr}': division by zero")
+                raise ValueError(f"{quote(expr)}: division by zero")
             if left % right:
-                raise ValueError(f"'{expr}': {left} / {right} is not a whole number")
+                raise ValueError(f"{quote(expr)}: {left} / {right} is not a whole number")
             return left // right
-        raise ValueError(f"'{expr}': only integers, param names, + - * / and parentheses "
-                         "are allowed")
+        raise ValueError(f"{quote(expr)}: only integers, param names, + - * / and "
+                         "parentheses are allowed")
 
     return walk(tree)

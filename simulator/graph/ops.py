@@ -15,7 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1, "int32": 4}
+from ..units import DTYPE_BYTES
+
 FLOAT_DTYPES = ("fp16", "bf16", "fp32")
 CUBE_DTYPES = ("fp16", "bf16", "int8")
 # Accumulator dtype of the Cube per input dtype; the matmul result is cast on the way out

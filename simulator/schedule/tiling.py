@@ -14,12 +14,10 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from ..config.hardware import Hardware
+from ..config.hardware import ACCUMULATOR_BYTES, Hardware
 from ..config.workload import TilingSpec
 from ..errors import SimulatorError
 from ..units import format_size
-
-ACCUMULATOR_BYTES = 4  # L0C accumulates in fp32 (int32 for int8)
 
 
 class TilingError(SimulatorError):
