@@ -17,11 +17,12 @@ from .errors import SimulatorError
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="python -m simulator",
         description="Cycle-approximate NPU memory-hierarchy simulator.")
     parser.add_argument("--version", action="version", version=f"npu-memsim {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
     run = sub.add_parser("run", help="simulate a workload and print its report",
                          description="Simulate a workload on its hardware and print the report.")
     run.add_argument("workload", help="workload YAML file, e.g. workloads/ffn_decode.yaml")
@@ -35,6 +36,7 @@ def _parser() -> argparse.ArgumentParser:
                      "or chrome://tracing): one track per pipe per core")
     run.add_argument("--plot", metavar="DIR", help="write roofline, timeline, traffic and "
                      "utilization PNGs into DIR")
+    _max_cycles(run)
 
     plan = sub.add_parser("plan", help="show the kernels the fusion pass forms, and why",
                           description="Print the kernels, the ops in each, and for every op "
@@ -57,6 +59,7 @@ def _parser() -> argparse.ArgumentParser:
                          "('-' for standard output)")
     compare.add_argument("--force", action="store_true",
                          help="overwrite an existing --json file that is not a report of ours")
+    _max_cycles(compare)
 
     tune = sub.add_parser(
         "tune", help="search the tiling of every matmul kernel",
@@ -65,9 +68,9 @@ def _parser() -> argparse.ArgumentParser:
                     "alone), and report the chosen tiling against the default and the roofline.")
     tune.add_argument("workload")
     _overrides(tune, "override any field first (repeatable)")
-    tune.add_argument("--top", type=int, default=4,
+    tune.add_argument("--top", type=_count, default=4,
                       help="how many of the best-ranked tilings to simulate (default 4)")
-    tune.add_argument("--workers", type=int, default=None,
+    tune.add_argument("--workers", type=_workers, default=None,
                       help="worker processes (default: the number of cores)")
     tune.add_argument("--write", metavar="FILE", help="save the workload with the tuned tilings")
     tune.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
@@ -82,7 +85,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="a field and its values, e.g. params.tokens=1,8,64 (repeatable; "
                             "two fields make a heatmap)")
     _overrides(sweep, "a value for every point (repeatable)")
-    sweep.add_argument("--workers", type=int, default=None,
+    sweep.add_argument("--workers", type=_workers, default=None,
                        help="worker processes (default: the number of cores)")
     sweep.add_argument("--executor", choices=("local", "dask"), default="local",
                        help="local worker processes (default) or an existing Dask cluster")
@@ -97,6 +100,40 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--force", action="store_true",
                        help="overwrite output files that are not ours")
     return parser
+
+
+class _Parser(argparse.ArgumentParser):
+    """A command-line mistake is one line and exit 2, like every other mistake."""
+
+    def error(self, message: str):
+        self.exit(2, f"error: {clip(message)} (see '{self.prog} --help')\n")
+
+
+MAX_WORKERS = 256
+
+
+def _count(text: str) -> int:
+    """A positive integer option."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _workers(text: str) -> int:
+    value = _count(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(f"{value} is more worker processes than the "
+                                         f"{MAX_WORKERS} this machine could sensibly run")
+    return value
+
+
+def _max_cycles(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-cycles", type=_count, metavar="N", help="stop a run that passes N "
+                        "simulated cycles (default: 1000 x the roofline bound + 10 million)")
 
 
 def _overrides(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -146,7 +183,7 @@ def _run(args) -> int:
     if args.trace:
         _check_writable(Path(args.trace), args.force)
     workload = load_workload(args.workload, args.overrides)
-    report = simulate(workload)
+    report = simulate(workload, args.max_cycles)
     if args.json == "-":
         print(report.to_json())
     else:
@@ -209,7 +246,7 @@ def _compare(args) -> int:
     if args.json and args.json != "-":
         _check_writable(Path(args.json), args.force)
     variants, common = variants_from(args.overrides, args.variant)
-    result = compare(args.workload, variants, common)
+    result = compare(args.workload, variants, common, args.max_cycles)
     if args.json == "-":
         print(json.dumps(result, indent=2))
         return 0
@@ -224,8 +261,6 @@ def _sweep(args) -> int:
     from .sweep import METRICS, parse_grid, sweep, write_csv
 
     grid = parse_grid(args.grid)
-    if args.workers is not None and args.workers < 1:
-        raise SimulatorError(f"--workers {args.workers}: needs at least 1")
     if args.metric not in METRICS:
         raise SimulatorError(f"--metric {args.metric}: not a sweep figure (figures: "
                              f"{', '.join(METRICS)})")
@@ -281,8 +316,6 @@ def _tune(args) -> int:
         if path.resolve() == Path(args.workload).resolve():
             raise SimulatorError(f"--write {path}: that is the workload being tuned; write the "
                                  "tuned copy to a new file")
-    if args.top < 1:
-        raise SimulatorError(f"--top {args.top}: simulate at least 1 candidate")
     workload = load_workload(args.workload, args.overrides)
     started = time.perf_counter()
     results = tune(workload, top=args.top, workers=args.workers or os.cpu_count() or 1)

@@ -50,18 +50,19 @@ def plan(workload: Workload):
 
 
 def compare(path: str, variants: list[tuple[str, list[str]]],
-            common: list[str] = ()) -> dict:
+            common: list[str] = (), max_cycles: int | None = None) -> dict:
     """Simulate one workload under several sets of overrides, side by side.
 
     Returns {"workload", "variants": [{"label", "overrides", "report"}], "speedups"}: each
     speedup is the first variant's time over that variant's time."""
     from .config.workload import load_workload
 
+    workloads = [(label, overrides, load_workload(path, [*common, *overrides]))
+                 for label, overrides in variants]       # every mistake before any run
     rows = []
-    for label, overrides in variants:
-        workload = load_workload(path, [*common, *overrides])
+    for label, overrides, workload in workloads:
         rows.append({"label": label, "overrides": list(overrides),
-                     "report": simulate(workload).to_dict()})
+                     "report": simulate(workload, max_cycles).to_dict()})
     base = rows[0]["report"]["time_us"]
     return {"workload": rows[0]["report"]["workload"], "common_overrides": list(common),
             "variants": rows, "speedups": [base / r["report"]["time_us"] for r in rows]}

@@ -113,7 +113,7 @@ CASES = [
     ("override-huge-size", BASE, ["--set", "hardware.L1.capacity=1e400GB"], "too large"),
     ("override-hw-field", BASE, ["--set", "hardware.HBM.colour=red"],
      "--set hardware.HBM.colour=red: unknown"),
-    ("too-many-instructions", edit("{m: 32, n: 64, k: 64}", "{m: 32768, n: 32768, k: 4096}"),
+    ("too-many-instructions", edit("{m: 32, n: 64, k: 64}", "{m: 16384, n: 8192, k: 4096}"),
      [], "instructions, more than the"),
 ]
 

@@ -15,6 +15,7 @@ from typing import Any
 
 from ..config.hardware import BUFFERS, Hardware
 from ..engine.world import InvariantError, PipeLog, Trace
+from ..schedule.lower import footprint_bytes
 from ..schedule.program import PIPES, Program
 from .roofline import Roofline, roofline
 
@@ -151,6 +152,9 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
         "utilization": utilization,
         "stalls": stalls,
         "launch_overhead_cycles": hw.launch_overhead_cycles * len(program.kernels),
+        "memory_footprint": {**{f"{role}_bytes": n for role, n in
+                                footprint_bytes(program.tensor_roles).items()},
+                             "hbm_capacity_bytes": hbm.capacity_bytes},
         "peak_buffer_bytes": trace.peak_occupancy_bytes,
         "buffer_capacity_bytes": dict(hw.buffer_bytes),
         "instructions": trace.instructions,

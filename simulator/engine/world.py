@@ -222,8 +222,9 @@ class World:
                 raise CycleBudgetError(
                     f"the simulation passed its budget of {max_cycles:,} cycles with "
                     f"{executed:,} of {self.program.instruction_count:,} instructions done; "
-                    "raise the budget (simulate(..., max_cycles=N)) if the workload is that "
-                    "long, or look for a schedule that never finishes")
+                    "raise the budget with --max-cycles N (simulate(..., max_cycles=N) from "
+                    "Python) if the workload is that long, or look for a schedule that never "
+                    "finishes")
             raise InvariantError(self.diagnose_deadlock())
         return Trace(self.pipe_logs, self.spans, int(self.env.now), self.l2.hits, self.l2.misses,
                      self._peak_occupancy(), executed)

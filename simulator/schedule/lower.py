@@ -19,8 +19,10 @@ from __future__ import annotations
 
 from ..config.hardware import Hardware
 from ..config.workload import Workload
+from ..errors import SimulatorError
 from ..graph.fusion import Kernel, Plan
 from ..graph.ops import DTYPE_BYTES, OPS, operands_of
+from ..units import format_bytes_decimal as fmt_bytes
 from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, seeds_of
 from .program import (
     Instr,
@@ -47,6 +49,11 @@ from .tiling import (
 
 def lower(workload: Workload, plan: Plan) -> Program:
     """Lower every kernel; every tiling problem of every kernel is reported together."""
+    if not plan.kernels:
+        raise SimulatorError(f"{workload.source}: nothing to simulate: no op computes anything "
+                             "(a reshape is a view that moves no data); add an op that does")
+    roles = tensor_roles(workload, plan)
+    _refuse_if_over_capacity(workload, roles)
     lowered, problems = [], []
     chunks: dict = {}       # K chunks built so far, shared by matmuls of one shape and tiling
     for kernel in plan.kernels:
@@ -66,6 +73,20 @@ def lower(workload: Workload, plan: Plan) -> Program:
     consumed = {name for kernel in plan.kernels for op in kernel.ops for name in op.inputs}
     written = {kernel.output for kernel in plan.kernels}
     compulsory = sum(tensors[name].nbytes for name in (consumed - produced) | written)
+    return Program(lowered, geometry, compulsory, roles)
+
+
+# Roles of tensors that occupy HBM while the workload runs (a view shares its source's bytes,
+# an on-chip value never reaches HBM).
+RESIDENT_ROLES = ("weight", "cache", "activation", "intermediate", "output")
+
+
+def tensor_roles(workload: Workload, plan: Plan) -> dict[str, tuple[str, int]]:
+    """name -> (role, bytes) for every tensor the kernels touch."""
+    tensors = workload.tensors
+    produced = {op.output for kernel in plan.kernels for op in kernel.ops}
+    consumed = {name for kernel in plan.kernels for op in kernel.ops for name in op.inputs}
+    written = {kernel.output for kernel in plan.kernels}
     roles = {}
     for name in sorted(consumed | produced):
         if name not in produced and tensors[name].kind == "intermediate":
@@ -79,7 +100,25 @@ def lower(workload: Workload, plan: Plan) -> Program:
         else:
             role = "output"
         roles[name] = (role, tensors[name].nbytes)
-    return Program(lowered, geometry, compulsory, roles)
+    return roles
+
+
+def footprint_bytes(roles: dict[str, tuple[str, int]]) -> dict[str, int]:
+    """HBM bytes per resident role, and their total (nothing is freed while a workload runs)."""
+    by_role = {role: sum(n for r, n in roles.values() if r == role) for role in RESIDENT_ROLES}
+    return {**by_role, "total": sum(by_role.values())}
+
+
+def _refuse_if_over_capacity(workload: Workload, roles: dict[str, tuple[str, int]]) -> None:
+    footprint = footprint_bytes(roles)
+    capacity = workload.hardware.memories["HBM"].capacity_bytes
+    if footprint["total"] > capacity:
+        parts = ", ".join(f"{role}s {fmt_bytes(n)}" for role, n in footprint.items()
+                          if n and role != "total")
+        raise SimulatorError(
+            f"{workload.source}: the tensors need {fmt_bytes(footprint['total'])} of HBM "
+            f"({parts}) but {workload.hardware.name} has {fmt_bytes(capacity)}; use a smaller "
+            "problem or a chip with more HBM")
 
 
 def _operand_region(name: str, shape: tuple[int, ...], transposed: bool, batch: int,
@@ -376,6 +415,16 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         tile_rows = max(1, min(rows, tile_elems // tile_cols))
         while ub_need(tile_rows, tile_cols) > ub and tile_rows > 1:
             tile_rows -= 1
+    if ub_need(tile_rows, tile_cols) > ub:
+        need = ub_need(tile_rows, tile_cols)
+        raise TilingError(f"{ops[0].path}: the smallest tile of kernel '{kernel.name}' "
+                          f"({tile_rows}x{tile_cols} elements) needs {need} B of UB but UB "
+                          f"holds {ub} B")
+    count = -(-rows // tile_rows) * -(-cols // tile_cols) * (2 + 2 * len(ops))
+    if count > MAX_INSTRUCTIONS:
+        raise TilingError(f"{ops[0].path}: kernel '{kernel.name}' would need about {count:,} "
+                          f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in "
+                          "memory; use a smaller problem or a chip with a larger UB")
     tiles = [(r, c) for r in range(0, rows, tile_rows) for c in range(0, cols, tile_cols)]
     cores = []
     for core_index in range(min(hw.cores, len(tiles))):

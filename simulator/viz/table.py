@@ -24,6 +24,7 @@ def render_report(report) -> str:
     cycles = d["cycles"]
     roof = d["roofline"]
     us = 1e-3 / d["clock_ghz"]  # µs per cycle
+    footprint = d["memory_footprint"]
     lines = [
         f"{d['workload']} on {d['hardware']}: {len(d['kernels'])} kernels, "
         f"{d['instructions']:,} instructions simulated",
@@ -38,6 +39,9 @@ def render_report(report) -> str:
         f"({d['achieved_hbm_tbps'] / d['hbm_bandwidth_tbps'] * 100:.1f}%)",
         f"  launch      {d['launch_overhead_cycles'] * us:12,.2f} µs   "
         f"({len(d['kernels'])} kernel launches)",
+        f"  footprint   {fmt_bytes(footprint['total_bytes']):>12}   in HBM of "
+        f"{fmt_bytes(footprint['hbm_capacity_bytes'])} "
+        f"({footprint['total_bytes'] / footprint['hbm_capacity_bytes'] * 100:.1f}%)",
         "",
         "  traffic        read        write",
     ]
