@@ -16,8 +16,7 @@ from .errors import ConfigError, SimulatorError
 from .pipeline import compare, lower_workload, plan, simulate
 from .schedule.search import tune
 from .sweep import sweep
-
-__version__ = "0.1.0"
+from .version import __version__
 
 __all__ = ["Hardware", "Workload", "ConfigError", "SimulatorError", "load_hardware",
            "load_workload", "lower_workload", "simulate", "plan", "compare", "sweep", "tune",

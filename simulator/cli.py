@@ -12,15 +12,16 @@ import os
 import sys
 from pathlib import Path
 
-from . import __version__
-from .errors import SimulatorError
+from .errors import SimulatorError, quote
+from .outputs import Output, check_outputs, check_plot_folder, write_atomically, write_json
+from .version import NAME, __version__
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="python -m simulator",
         description="Cycle-approximate NPU memory-hierarchy simulator.")
-    parser.add_argument("--version", action="version", version=f"npu-memsim {__version__}")
+    parser.add_argument("--version", action="version", version=f"{NAME} {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
     run = sub.add_parser("run", help="simulate a workload and print its report",
@@ -99,6 +100,9 @@ def _parser() -> argparse.ArgumentParser:
                        "default time_us)")
     sweep.add_argument("--force", action="store_true",
                        help="overwrite output files that are not ours")
+    sweep.add_argument("--yes", action="store_true", help="run a grid of more than "
+                       "100 points without asking")
+    _max_cycles(sweep)
     return parser
 
 
@@ -177,11 +181,16 @@ def clip(line: str) -> str:
 
 def _run(args) -> int:
     from . import load_workload, simulate
+    from .viz.plots import PLOT_FILES, write_plots
 
+    outputs = {}
     if args.json and args.json != "-":
-        _check_writable(Path(args.json), args.force)
+        outputs["json"] = Output("--json", Path(args.json), "json")
     if args.trace:
-        _check_writable(Path(args.trace), args.force)
+        outputs["trace"] = Output("--trace", Path(args.trace), "json")
+    check_outputs(list(outputs.values()), args.force, (args.workload,))
+    if args.plot:
+        check_plot_folder("--plot", Path(args.plot), PLOT_FILES, args.force)
     workload = load_workload(args.workload, args.overrides)
     report = simulate(workload, args.max_cycles)
     if args.json == "-":
@@ -189,14 +198,13 @@ def _run(args) -> int:
     else:
         print(report.summary())
     notes = []
-    if args.json and args.json != "-":
-        Path(args.json).write_text(report.to_json() + "\n", encoding="utf-8")
+    if "json" in outputs:
+        write_json(outputs["json"], "report", report.to_dict())
         notes.append(f"report written to {args.json}")
-    if args.trace:
-        report.write_chrome_trace(args.trace)
+    if "trace" in outputs:
+        write_atomically(outputs["trace"], report.write_chrome_trace)
         notes.append(f"Chrome trace written to {args.trace} (open it in https://ui.perfetto.dev)")
     if args.plot:
-        from .viz.plots import write_plots
         paths = write_plots(report, args.plot)
         notes.append("plots written: " + ", ".join(str(p) for p in paths))
     for note in notes:
@@ -216,7 +224,10 @@ def _plan(args) -> int:
 
 
 def variants_from(overrides: list[str], explicit: list[str]) -> tuple[list, list[str]]:
-    """(variants as (label, overrides), overrides common to all) from the command line."""
+    """(variants as (label, overrides), overrides common to all) from the command line.
+
+    A field given several times with --set is an axis (its values combine with the other
+    axes'); each --variant adds one variant. Labels are never empty and never repeat."""
     import itertools
 
     values: dict[str, list[str]] = {}
@@ -226,99 +237,170 @@ def variants_from(overrides: list[str], explicit: list[str]) -> tuple[list, list
             values[path].append(text)
     common = [texts[0] for texts in values.values() if len(texts) == 1]
     axes = [texts for texts in values.values() if len(texts) > 1]
-    variants = [(" ".join(t.rpartition(".")[2] if "." in t.partition("=")[0] else t
-                          for t in combo), list(combo)) for combo in itertools.product(*axes)
-                if axes]
+    combos = [list(combo) for combo in itertools.product(*axes)] if axes else []
     for text in explicit:
         parts = [p.strip() for p in text.split(",") if p.strip()]
-        variants.append((" ".join(p.partition("=")[0].rpartition(".")[2] + "="
-                                  + p.partition("=")[2] for p in parts), parts))
-    if not variants:
-        variants = [("fusion=none", ["schedule.fusion=none"]),
-                    ("fusion=auto", ["schedule.fusion=auto"])]
+        if not parts:
+            raise SimulatorError(f"--variant {quote(text)}: give one or more PATH=VALUE, "
+                                 "separated by commas")
+        combos.append(parts)
+    if not combos:
+        combos = [["schedule.fusion=none"], ["schedule.fusion=auto"]]
+    variants = list(zip(_labels(combos), combos))
+    seen: dict[frozenset, str] = {}
+    for label, combo in variants:
+        key = frozenset(combo)
+        if key in seen:
+            raise SimulatorError(f"the variant {quote(label)} is given twice; each variant "
+                                 "must differ")
+        seen[key] = label
     return variants, common
+
+
+def _labels(combos: list[list[str]]) -> list[str]:
+    """Each override shown as the shortest tail of its field path that no other varied path
+    ends with ('bandwidth=2TB/s', or 'HBM.bandwidth=2TB/s' when L2.bandwidth varies too)."""
+    paths = {part.partition("=")[0].strip() for combo in combos for part in combo}
+
+    def short(path: str) -> str:
+        parts = path.split(".")
+        for n in range(1, len(parts) + 1):
+            tail = ".".join(parts[-n:])
+            if not any(other == tail or other.endswith("." + tail) for other in paths - {path}):
+                return tail
+        return path
+
+    return [" ".join(f"{short(part.partition('=')[0].strip())}={part.partition('=')[2].strip()}"
+                     for part in combo) for combo in combos]
 
 
 def _compare(args) -> int:
     from .pipeline import compare
     from .viz.compare import render_compare
 
-    if args.json and args.json != "-":
-        _check_writable(Path(args.json), args.force)
+    out = Output("--json", Path(args.json), "json") if args.json and args.json != "-" else None
+    check_outputs([out] if out else [], args.force, (args.workload,))
     variants, common = variants_from(args.overrides, args.variant)
     result = compare(args.workload, variants, common, args.max_cycles)
     if args.json == "-":
         print(json.dumps(result, indent=2))
         return 0
     print(render_compare(result))
-    if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    if out:
+        write_json(out, "compare", result)
         print(f"\ncomparison written to {args.json}")
     return 0
 
 
 def _sweep(args) -> int:
-    from .sweep import METRICS, parse_grid, sweep, write_csv
+    from . import load_workload
+    from .sweep import (
+        CONFIRM_ABOVE_POINTS,
+        METRICS,
+        PLOTTABLE,
+        CsvRows,
+        check_grid,
+        estimate_seconds,
+        parse_grid,
+        points,
+        sweep,
+    )
 
     grid = parse_grid(args.grid)
+    fields = list(grid)
     if args.metric not in METRICS:
-        raise SimulatorError(f"--metric {args.metric}: not a sweep figure (figures: "
+        raise SimulatorError(f"--metric {quote(args.metric)}: not a sweep figure (figures: "
                              f"{', '.join(METRICS)})")
-    csv_path = Path(args.csv or f"{Path(args.workload).stem}-sweep.csv")
-    outputs = [p for p in (csv_path, args.json and Path(args.json),
-                           args.plot and Path(args.plot)) if p]
-    for path in outputs:
-        _check_writable(path, args.force)
-    from . import load_workload
-    load_workload(args.workload, args.overrides)          # fail fast on a broken base file
+    if args.plot and len(fields) > 2:
+        raise SimulatorError(f"--plot draws one grid field (the metric against it, and the "
+                             f"roofline) or two (a heatmap); this grid has {len(fields)}: "
+                             f"{', '.join(fields)}. Plot a sweep of one or two of them, or load "
+                             "the CSV into pandas")
+    if args.plot and args.metric not in PLOTTABLE:
+        raise SimulatorError(f"--metric {args.metric}: not a number, so it cannot be plotted "
+                             f"(plottable: {', '.join(PLOTTABLE)})")
     if (args.executor == "dask") != bool(args.scheduler):
         raise SimulatorError("--executor dask and --scheduler ADDRESS go together")
-    rows = sweep(args.workload, grid, args.overrides, workers=args.workers,
-                 progress=sys.stderr.isatty(), scheduler=args.scheduler)
-    fields = list(grid)
+    csv_out = Output("--csv", Path(args.csv or f"{Path(args.workload).stem}-sweep.csv"), "csv")
+    json_out = Output("--json", Path(args.json), "json") if args.json else None
+    plot_out = Output("--plot", Path(args.plot), "png") if args.plot else None
+    check_outputs([o for o in (csv_out, json_out, plot_out) if o], args.force, (args.workload,))
+    load_workload(args.workload, args.overrides)          # fail fast on a broken base file
+    check_grid(args.workload, grid, args.overrides)
+    count = len(points(grid))
+    workers = args.workers or os.cpu_count() or 1
+    if count > CONFIRM_ABOVE_POINTS and not args.yes:
+        seconds, instructions = estimate_seconds(args.workload, grid, args.overrides, workers)
+        estimate = (f" (about {_duration(seconds)} on {min(workers, count)} workers, from the "
+                    f"first point's {instructions:,} instructions)" if instructions else "")
+        raise SimulatorError(f"the grid has {count:,} points{estimate}; pass --yes to run "
+                             "them all, or sweep fewer values")
+    saved = CsvRows(csv_out.path, fields)
+    try:
+        rows = sweep(args.workload, grid, args.overrides, workers=workers,
+                     progress=sys.stderr.isatty(), scheduler=args.scheduler,
+                     max_cycles=args.max_cycles, on_row=saved.add)
+    except KeyboardInterrupt:
+        saved.close()
+        print(f"interrupted: the {saved.written:,} of {count:,} points that finished are in "
+              f"{csv_out.path}", file=sys.stderr)
+        return 130
+    saved.finish(rows)
     width = max(12, *(len(f) + 2 for f in fields))
     print("".join(f"{f:>{width}}" for f in fields) + f"{'time µs':>12}{'TFLOPS':>9}"
           f"{'HBM TB/s':>10}{'bound':>9}  note")
     for row in rows:
-        cells = "".join(f"{str(row[f]):>{width}}" for f in fields)
+        cells = "".join(f"{str(row[f])[:width - 1]:>{width}}" for f in fields)
         if row["error"]:
             print(cells + f"{'-':>12}{'-':>9}{'-':>10}{'illegal':>9}  {row['error'][:80]}")
         else:
             print(cells + f"{row['time_us']:>12,.2f}{row['achieved_tflops']:>9.2f}"
                   f"{row['achieved_hbm_tbps']:>10.3f}{row['bound']:>9}")
-    write_csv(rows, csv_path)
-    print(f"\n{len(rows)} points written to {csv_path}")
-    if args.json:
-        Path(args.json).write_text(json.dumps({"workload": args.workload, "grid": grid,
-                                               "overrides": args.overrides, "points": rows},
-                                              indent=2) + "\n", encoding="utf-8")
+    print(f"\n{len(rows)} points written to {csv_out.path}")
+    if all(row["error"] for row in rows):
+        print("note: every point is illegal; the reasons are in the note column and the CSV")
+    if json_out:
+        write_json(json_out, "sweep", {"workload": args.workload, "grid": grid,
+                                       "overrides": args.overrides, "points": rows})
         print(f"rows written to {args.json}")
-    if args.plot:
+    if plot_out:
         from .viz.plots import plot_sweep
-        plot_sweep(rows, fields, args.metric, args.plot)
+        write_atomically(plot_out, lambda path: plot_sweep(rows, fields, args.metric, path))
         print(f"plot written to {args.plot}")
     return 0
 
 
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{max(1, round(seconds))} s"
+    if seconds < 5400:
+        return f"{round(seconds / 60)} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 def _tune(args) -> int:
-    import os
     import time
 
+    from tqdm import tqdm
+
     from . import load_workload
+    from .pipeline import plan
     from .schedule.search import tune
     from .viz.table import describe_tiling
 
-    if args.write:
-        path = Path(args.write)
-        if path.exists() and not args.force:
-            raise SimulatorError(f"--write {path}: the file exists; choose another name or pass "
-                                 "--force to overwrite it")
-        if path.resolve() == Path(args.workload).resolve():
-            raise SimulatorError(f"--write {path}: that is the workload being tuned; write the "
-                                 "tuned copy to a new file")
+    out = Output("--write", Path(args.write), "yaml") if args.write else None
+    check_outputs([out] if out else [], args.force, (args.workload,))
     workload = load_workload(args.workload, args.overrides)
     started = time.perf_counter()
-    results = tune(workload, top=args.top, workers=args.workers or os.cpu_count() or 1)
+    matmuls = sum(1 for k in plan(workload).kernels if k.gemms)
+    bar = tqdm(total=matmuls, desc=f"tune {args.workload}", unit="kernel", leave=False) \
+        if sys.stderr.isatty() and matmuls else None
+    try:
+        results = tune(workload, top=args.top, workers=args.workers or os.cpu_count() or 1,
+                       on_kernel=(lambda _: bar.update()) if bar else None)
+    finally:
+        if bar:
+            bar.close()
     elapsed = time.perf_counter() - started
     us = 1e6 / workload.hardware.clock_hz
     print(f"{workload.name} on {workload.hardware.name}: {len(results)} matmul kernels tuned "
@@ -337,49 +419,38 @@ def _tune(args) -> int:
     total_bound = sum(r.roofline_cycles for r in results) * us
     print(f"\n  matmul kernels together: default {total_default:,.2f} µs, tuned {total_best:,.2f} "
           f"µs, roofline {total_bound:,.2f} µs (tuned {total_best / total_bound:.2f}x the bound)")
-    if args.write:
-        _write_tuned(args, results)
+    if out:
+        _write_tuned(args, results, out)
         print(f"\ntuned workload written to {args.write}")
     return 0
 
 
-def _write_tuned(args, results) -> None:
+def _write_tuned(args, results, out: Output) -> None:
+    """The workload as the user wrote it, with the overrides applied and the tuned tilings;
+    a relative hardware path is rewritten so that it still leads to its file from `out`."""
+    import shlex
+
     import yaml
 
-    from .config.strict import apply_overrides, read_yaml
-    from .config.workload import parse_override
+    from .config.strict import HARDWARE_PREFIX, apply_overrides, parse_override, read_yaml
 
-    pairs = [parse_override(o) for o in args.overrides if not o.startswith("hardware.")]
+    pairs = [parse_override(o) for o in args.overrides if not o.startswith(HARDWARE_PREFIX)]
     raw = apply_overrides(read_yaml(args.workload), pairs, args.workload)
+    hardware = Path(str(raw["hardware"]))
+    if hardware.suffix in (".yaml", ".yml") and not hardware.is_absolute():
+        target = (Path(args.workload).resolve().parent / hardware).resolve()
+        try:
+            raw["hardware"] = os.path.relpath(target, out.path.resolve().parent)
+        except ValueError:                  # another drive: only an absolute path leads there
+            raw["hardware"] = str(target)
     schedule = raw.setdefault("schedule", {})
     tiling = schedule.setdefault("tiling", {}) or {}
     schedule["tiling"] = tiling
     for r in results:
         tiling[r.tiling_op] = r.best.to_dict()
-    header = (f"# Tuned by `python -m simulator tune {args.workload}"
-              + "".join(f" --set {o}" for o in args.overrides) + "`\n")
-    Path(args.write).write_text(header + yaml.safe_dump(raw, sort_keys=False), encoding="utf-8")
-
-
-def _check_writable(path: Path, force: bool) -> None:
-    """Refuse to overwrite a file that is not one of our own reports, unless forced."""
-    if not path.exists() or force:
-        if path.parent != Path("") and not path.parent.is_dir():
-            raise SimulatorError(f"--json {path}: folder '{path.parent}' does not exist")
-        return
-    ours = False
-    if path.suffix == ".png":
-        ours = path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"   # a picture, ours to redraw
-    elif path.suffix == ".csv":
-        header = path.read_text(encoding="utf-8", errors="replace").split("\n", 1)[0]
-        ours = ",error,time_us," in f",{header},"
-    else:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            ours = any(key in data for key in ("provenance", "variants", "traceEvents",
-                                               "points"))
-        except (OSError, ValueError, TypeError):
-            ours = False
-    if not ours:
-        raise SimulatorError(f"--json {path}: the file exists and is not a report written by "
-                             "this simulator; choose another name or pass --force to overwrite it")
+    command = " ".join(shlex.quote(part) for part in
+                       ["python", "-m", "simulator", "tune", args.workload,
+                        *(f"--set={o}" for o in args.overrides)])
+    header = f"# Tuned by {command}".replace("\n", "\\n").replace("\r", "\\r") + "\n"
+    text = header + yaml.safe_dump(raw, sort_keys=False)
+    write_atomically(out, lambda path: path.write_text(text, encoding="utf-8"))

@@ -8,6 +8,7 @@ from .engine.world import gc_paused, simulate_program
 from .graph.fusion import plan_kernels
 from .schedule.lower import lower
 from .schedule.program import Program
+from .version import __version__
 
 
 def lower_workload(workload: Workload) -> Program:
@@ -19,7 +20,6 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> Report:
 
     The run stops with a clear error past `max_cycles` (default: 1000 times the roofline
     bound plus 10 million cycles), so a schedule that never finishes cannot hang."""
-    from . import __version__
     from .analysis.roofline import roofline
 
     with gc_paused():

@@ -9,13 +9,19 @@ its `error` set, not a crash.
 
 from __future__ import annotations
 
+import csv
 import itertools
 import os
-from concurrent.futures import ProcessPoolExecutor
+import tempfile
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
-from .errors import SimulatorError
+import yaml
+
+from .analysis.report import UTILIZATION_KEYS
+from .config.strict import parse_yaml
+from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, quote
 
 # Report figures that become columns of a sweep row, flattened to one level.
 METRICS = ("time_us", "cycles", "bound", "flops", "achieved_tflops", "peak_tflops",
@@ -23,31 +29,94 @@ METRICS = ("time_us", "cycles", "bound", "flops", "achieved_tflops", "peak_tflop
            "roofline_bound_us", "compute_bound_us", "memory_bound_us", "arithmetic_intensity",
            "hbm_read_bytes", "hbm_write_bytes", "l2_hit_bytes", "launch_overhead_us", "kernels",
            "instructions")
+PLOTTABLE = tuple(metric for metric in METRICS if metric != "bound")     # the numbers
+
+
+# Beyond this many points a sweep asks for --yes (the CLI) before it starts.
+CONFIRM_ABOVE_POINTS = 100
+# Rough wall time of one simulated instruction on one core (benchmarks/engine_speed.py
+# measures 2.7-3.6 µs); used only to tell the user how long a large grid will take.
+SECONDS_PER_INSTRUCTION = 4e-6
+MAX_GRID_VALUES = 10_000
 
 
 def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
     """['params.tokens=1,8,64', ...] -> {'params.tokens': [1, 8, 64], ...} (YAML scalars)."""
-    import yaml
-
     grid: dict[str, list[Any]] = {}
     for item in items:
         field, sep, values = item.partition("=")
         field = field.strip()
         if not sep or not field or not values.strip():
-            raise SimulatorError(f"--grid {item!r}: write FIELD=V1,V2,... e.g. "
+            raise SimulatorError(f"--grid {quote(item)}: write FIELD=V1,V2,... e.g. "
                                  "params.tokens=1,8,64")
         if field in grid:
             raise SimulatorError(f"--grid {field} is given twice; put all its values in one list")
+        texts = [text.strip() for text in values.split(",")]
+        if len(texts) > MAX_GRID_VALUES:
+            raise SimulatorError(f"--grid {field}: {len(texts):,} values, more than the "
+                                 f"{MAX_GRID_VALUES:,} one field may have")
         parsed = []
-        for text in values.split(","):
+        for text in texts:
+            if not text:
+                raise SimulatorError(f"--grid {quote(item)}: an empty value (two commas in a "
+                                     "row, or one at an end)")
             try:
-                parsed.append(yaml.safe_load(text.strip()))
+                value = parse_yaml(text)
             except yaml.YAMLError:
-                parsed.append(text.strip())
+                value = text
+            if isinstance(value, (list, dict)) or value is None:
+                raise SimulatorError(f"--grid {field}: {quote(text)} is not a single number or "
+                                     "word; values are separated by commas")
+            if value in parsed:
+                raise SimulatorError(f"--grid {field}: {quote(text)} is given twice")
+            parsed.append(value)
         grid[field] = parsed
     if not grid:
         raise SimulatorError("a sweep needs at least one --grid FIELD=V1,V2,...")
     return grid
+
+
+def check_grid(path: str, grid: dict[str, list[Any]], overrides: Iterable[str] = ()) -> None:
+    """Refuse, before any point runs, a grid value the workload cannot take: a field that does
+    not exist, or a value of the wrong kind. Each value is loaded once with the other fields
+    at their first values; what only a combination breaks (a tile that does not fit) is left
+    to the sweep, where it becomes a row with its reason."""
+    from .config.workload import load_workload
+
+    first = {field: values[0] for field, values in grid.items()}
+    for field, values in grid.items():
+        for value in values:
+            point = {**first, field: value}
+            try:
+                load_workload(path, [*overrides, *(f"{f}={v}" for f, v in point.items())])
+            except ConfigError as exc:
+                raise SimulatorError("\n".join(_as_grid_problem(line, grid)
+                                               for line in str(exc).splitlines())) from None
+
+
+def _as_grid_problem(line: str, grid: dict[str, list[Any]]) -> str:
+    """A problem blamed on an override that the grid made is blamed on the --grid option."""
+    for field in grid:
+        mark = f"{OVERRIDE_MARK}{field}="
+        if line.startswith(mark):
+            return f"--grid {field}={line[len(mark):]}"
+    return line
+
+
+def estimate_seconds(path: str, grid: dict[str, list[Any]], overrides: Iterable[str],
+                     workers: int) -> tuple[float, int]:
+    """(seconds, instructions of the first point): a rough wall time for the whole grid."""
+    from .config.workload import load_workload
+    from .pipeline import lower_workload
+
+    first = [f"{f}={values[0]}" for f, values in grid.items()]
+    try:
+        instructions = lower_workload(load_workload(path, [*overrides, *first])).instruction_count
+    except SimulatorError:
+        return 0.0, 0
+    count = len(points(grid))
+    return count * instructions * SECONDS_PER_INSTRUCTION / max(1, min(workers, count)), \
+        instructions
 
 
 def points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -56,11 +125,14 @@ def points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
     return [dict(zip(fields, combo)) for combo in itertools.product(*grid.values())]
 
 
+def columns(fields: Iterable[str]) -> list[str]:
+    """The columns of every row of a sweep over `fields`, known before any point runs."""
+    return [*fields, "error", *METRICS, *(f"util_{unit}" for unit in UTILIZATION_KEYS)]
+
+
 def row_of(point: dict[str, Any], report: dict | None, error: str = "") -> dict[str, Any]:
-    row = dict(point)
-    row["error"] = error
-    for metric in METRICS:
-        row[metric] = None
+    row = dict.fromkeys(columns(point))
+    row.update(point, error=error)
     if report is None:
         return row
     us = 1e-3 / report["clock_ghz"]
@@ -84,14 +156,14 @@ def row_of(point: dict[str, Any], report: dict | None, error: str = "") -> dict[
     return row
 
 
-def run_point(args: tuple[str, list[str], dict[str, Any]]) -> dict[str, Any]:
+def run_point(args: tuple[str, list[str], dict[str, Any], int | None]) -> dict[str, Any]:
     """One grid point, in a worker process: a row, or a row with the reason it is illegal."""
     from . import load_workload, simulate
 
-    path, base, point = args
+    path, base, point, max_cycles = args
     overrides = [*base, *(f"{field}={value}" for field, value in point.items())]
     try:
-        report = simulate(load_workload(path, overrides)).to_dict()
+        report = simulate(load_workload(path, overrides), max_cycles).to_dict()
     except SimulatorError as exc:
         return row_of(point, None, " | ".join(str(exc).splitlines()))
     return row_of(point, report)
@@ -99,37 +171,58 @@ def run_point(args: tuple[str, list[str], dict[str, Any]]) -> dict[str, Any]:
 
 def sweep(path: str, grid: dict[str, list[Any]] | Iterable[str], overrides: Iterable[str] = (),
           workers: int | None = None, progress: bool = False,
-          scheduler: str | None = None) -> list[dict[str, Any]]:
+          scheduler: str | None = None, max_cycles: int | None = None,
+          on_row: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
     """Simulate every grid point; rows in grid order, ready for `pandas.DataFrame(rows)`.
 
     `grid` maps a field path to its values ({'params.tokens': [1, 64]}) or is a list of
     'FIELD=V1,V2' strings. `workers` defaults to the core count; 1 runs in this process.
-    With `scheduler` (a Dask scheduler address) the points run on that cluster instead."""
+    With `scheduler` (a Dask scheduler address) the points run on that cluster instead.
+    `on_row(index, row)` is called as each point finishes, in whatever order they finish
+    (so a caller can save rows before the whole grid is done)."""
     if not isinstance(grid, dict):
         grid = parse_grid(grid)
-    jobs = [(str(Path(path).resolve()), list(overrides), point) for point in points(grid)]
+    jobs = [(str(Path(path).resolve()), list(overrides), point, max_cycles)
+            for point in points(grid)]
     workers = workers or os.cpu_count() or 1
     bar = _progress(len(jobs), str(path)) if progress else None
-    rows = []
-    if scheduler:
-        rows = _on_dask(scheduler, jobs, bar)
-    elif workers == 1 or len(jobs) == 1:
-        for job in jobs:
-            rows.append(run_point(job))
-            bar and bar.update()
-    else:
-        with ProcessPoolExecutor(max_workers=min(workers, len(jobs))) as pool:
-            for row in pool.map(run_point, jobs):
-                rows.append(row)
-                bar and bar.update()
-    if bar:
-        bar.close()
-    columns = list(dict.fromkeys(key for row in rows for key in row))
-    return [{key: row.get(key) for key in columns} for row in rows]
+    rows: list = [None] * len(jobs)
+
+    def finished(index: int, row: dict[str, Any]) -> None:
+        rows[index] = row
+        if on_row:
+            on_row(index, row)
+        if bar:
+            bar.update()
+
+    try:
+        if scheduler:
+            _on_dask(scheduler, jobs, finished)
+        elif workers == 1 or len(jobs) == 1:
+            for index, job in enumerate(jobs):
+                finished(index, run_point(job))
+        else:
+            _in_processes(min(workers, len(jobs)), jobs, finished)
+    finally:
+        if bar:
+            bar.close()
+    return rows
 
 
-def _on_dask(address: str, jobs: list, bar) -> list[dict[str, Any]]:
-    """Run the points on an existing Dask cluster; rows come back in grid order."""
+def _in_processes(workers: int, jobs: list, finished: Callable) -> None:
+    pool = ProcessPoolExecutor(max_workers=workers)
+    try:
+        futures = {pool.submit(run_point, job): index for index, job in enumerate(jobs)}
+        for future in as_completed(futures):
+            finished(futures[future], future.result())
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)   # an interrupt stops the sweep now
+        raise
+    pool.shutdown()
+
+
+def _on_dask(address: str, jobs: list, finished: Callable) -> None:
+    """Run the points on an existing Dask cluster."""
     try:
         from distributed import Client, as_completed
     except ImportError:
@@ -143,11 +236,8 @@ def _on_dask(address: str, jobs: list, bar) -> list[dict[str, Any]]:
     with client:
         futures = client.map(run_point, jobs, pure=False)
         index = {future.key: i for i, future in enumerate(futures)}
-        rows: list = [None] * len(jobs)
         for future in as_completed(futures):
-            rows[index[future.key]] = future.result()
-            bar and bar.update()
-    return rows
+            finished(index[future.key], future.result())
 
 
 def _progress(total: int, label: str):
@@ -155,11 +245,48 @@ def _progress(total: int, label: str):
     return tqdm(total=total, desc=f"sweep {label}", unit="point", leave=False)
 
 
-def write_csv(rows: list[dict[str, Any]], path) -> None:
-    import csv
+class CsvRows:
+    """A sweep's CSV, written as points finish: the header first, then each row as it comes,
+    flushed, so an interrupted sweep keeps every finished point. `finish()` rewrites the
+    whole file in grid order once every point is in."""
 
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-        writer.writeheader()
-        for row in rows:
-            writer.writerow({k: "" if v is None else v for k, v in row.items()})
+    def __init__(self, path: Path, fields: list[str]):
+        self.path = path
+        self.columns = columns(fields)
+        self.handle = open(path, "w", newline="", encoding="utf-8")  # noqa: SIM115 - kept open
+        self.writer = csv.DictWriter(self.handle, fieldnames=self.columns)
+        self.writer.writeheader()
+        self.handle.flush()
+        self.written = 0
+
+    def add(self, index: int, row: dict[str, Any]) -> None:
+        self.writer.writerow(_cells(row))
+        self.handle.flush()
+        self.written += 1
+
+    def close(self) -> None:
+        self.handle.close()
+
+    def finish(self, rows: list[dict[str, Any]]) -> None:
+        self.close()
+        write_csv(rows, self.path)
+
+
+def write_csv(rows: list[dict[str, Any]], path) -> None:
+    """The rows, in the order given, through a temporary file renamed into place."""
+    path = Path(path)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".csv")
+    try:
+        with os.fdopen(handle, "w", newline="", encoding="utf-8") as out:
+            writer = csv.DictWriter(out, fieldnames=list(rows[0]))
+            writer.writeheader()
+            for row in rows:
+                writer.writerow(_cells(row))
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+
+
+def _cells(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: "" if v is None else v for k, v in row.items()}

@@ -17,6 +17,7 @@ from ..config.hardware import BUFFERS, Hardware
 from ..engine.world import InvariantError, PipeLog, Trace
 from ..schedule.lower import footprint_bytes
 from ..schedule.program import PIPES, Program
+from ..version import format_mark
 from .roofline import Roofline, roofline
 
 # Why a pipe was not working on an instruction it had reached:
@@ -29,6 +30,8 @@ LEVELS = ("HBM", "L2", *BUFFERS)
 # Fraction of the simulated time under which neither compute nor HBM is the limit.
 LATENCY_BOUND_BELOW = 0.5
 UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}
+# The keys of a report's utilization, in order: each pipe's unit, then the shared memories.
+UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
 
 
 @dataclass
@@ -62,7 +65,7 @@ class Report:
         write_chrome_trace(self, path)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.data, "provenance": self.provenance}
+        return {"format": format_mark("report"), **self.data, "provenance": self.provenance}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)

@@ -13,8 +13,10 @@ from __future__ import annotations
 import itertools
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
+from typing import Callable
 
 from ..config.workload import TilingSpec, Workload
+from ..errors import SimulatorError
 from ..graph.fusion import Kernel, Plan, plan_kernels
 from ..graph.ops import OPS, operands_of
 from .epilogue import epilogue_refusal
@@ -146,13 +148,27 @@ def _key(t: Tiling) -> tuple:
     return tuple(-1 if v is None else v for v in asdict(t).values())
 
 
-def tune(workload: Workload, top: int = 4, workers: int = 1) -> list[KernelTuning]:
-    """Tune every matmul kernel of the workload's fusion plan."""
-    kernels = [k for k in plan_kernels(workload).kernels if k.gemms]
-    if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            return [tune_kernel(k, workload, top, pool) for k in kernels]
-    return [tune_kernel(k, workload, top) for k in kernels]
+def tune(workload: Workload, top: int = 4, workers: int = 1,
+         on_kernel: Callable[[KernelTuning], None] | None = None) -> list[KernelTuning]:
+    """Tune every matmul kernel of the workload's fusion plan; `on_kernel` hears of each
+    kernel as it is done (for a progress bar)."""
+    plan = plan_kernels(workload)
+    kernels = [k for k in plan.kernels if k.gemms]
+    if not kernels:
+        names = ", ".join(k.name for k in plan.kernels) or "none"
+        raise SimulatorError(f"{workload.source}: nothing to tune: the tuner searches the "
+                             f"tilings of matmul kernels, and there is none (kernels: {names})")
+    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
+    results = []
+    try:
+        for kernel in kernels:
+            results.append(tune_kernel(kernel, workload, top, pool))
+            if on_kernel:
+                on_kernel(results[-1])
+    finally:
+        if pool:
+            pool.shutdown(cancel_futures=True)
+    return results
 
 
 def tuned_workload(workload: Workload, results: list[KernelTuning]) -> Workload:

@@ -13,6 +13,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..schedule.program import PIPES
+from ..version import format_mark
 
 HBM_BIN_CYCLES = 1000   # HBM bandwidth counter resolution
 
@@ -78,7 +79,7 @@ def _spread(bins: dict[int, float], start: int, end: int, nbytes: int) -> None:
 
 def write_chrome_trace(report, path: str | Path) -> None:
     trace = {"traceEvents": chrome_trace_events(report), "displayTimeUnit": "ns",
-             "otherData": {"workload": report.data["workload"],
+             "otherData": {"format": format_mark("trace"), "workload": report.data["workload"],
                            "hardware": report.data["hardware"],
                            "time_unit": "microseconds of simulated time"}}
     Path(path).write_text(json.dumps(trace, separators=(",", ":")), encoding="utf-8")

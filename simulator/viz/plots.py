@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from ..schedule.program import PIPES
+from ..version import PNG_SOFTWARE
 
 PIPE_COLORS = {"MTE2": "#4C72B0", "MTE1": "#55A868", "CUBE": "#C44E52", "FIXPIPE": "#8172B2",
                "VECTOR": "#CCB974", "MTE3": "#64B5CD"}
@@ -25,7 +26,7 @@ def _data(report) -> dict:
 def _finish(fig, path):
     fig.tight_layout()
     if path is not None:
-        fig.savefig(Path(path), dpi=110)
+        fig.savefig(Path(path), dpi=110, metadata={"Software": PNG_SOFTWARE})
         plt.close(fig)
     return fig
 
@@ -172,7 +173,7 @@ BOUND_COLORS = {"memory": "#4C72B0", "compute": "#C44E52", "latency": "#9E9E9E"}
 def plot_sweep(rows: list[dict], fields: list[str], metric: str = "time_us", path=None):
     """One field: `metric` against it, and every point on the chip's roofline (so the move
     from memory- to compute-bound shows). Two fields: a heatmap of `metric` (× = illegal)."""
-    good = [r for r in rows if not r.get("error")]
+    good = [r for r in rows if not r.get("error") and r.get(metric) is not None]
     if len(fields) == 1:
         field = fields[0]
         fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
@@ -183,7 +184,7 @@ def plot_sweep(rows: list[dict], fields: list[str], metric: str = "time_us", pat
         for i, r in enumerate(good):
             left.scatter(r[field] if _numeric(xs) else i, r[metric], zorder=2,
                          color=BOUND_COLORS.get(r["bound"], "black"))
-        if _numeric(xs) and min(xs) > 0 and max(xs) / min(xs) >= 16:
+        if xs and _numeric(xs) and min(xs) > 0 and max(xs) / min(xs) >= 16:
             left.set_xscale("log", base=2)
         if not _numeric(xs):
             left.set_xticks(range(len(xs)))
@@ -255,12 +256,14 @@ def _order(value):
     return (0, value, "") if isinstance(value, (int, float)) else (1, 0, str(value))
 
 
+PLOT_FILES = ("roofline.png", "timeline.png", "traffic.png", "utilization.png")
+
+
 def write_plots(report, directory) -> list[Path]:
     """`run --plot DIR`: the roofline, timeline, traffic and utilization PNGs."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    paths = [directory / name for name in ("roofline.png", "timeline.png", "traffic.png",
-                                           "utilization.png")]
+    paths = [directory / name for name in PLOT_FILES]
     plot_roofline(report, paths[0])
     cores = sorted({r.core for r in report.trace.records})[:2] if report.trace else (0,)
     plot_timeline(report, paths[1], cores=tuple(cores))
