@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable
 import yaml
 
 from .analysis.report import UTILIZATION_KEYS
-from .config.strict import parse_yaml
+from .config.strict import YamlLimitError, parse_yaml
 from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, quote
 
 # Report figures that become columns of a sweep row, flattened to one level.
@@ -62,6 +62,9 @@ def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
                                      "row, or one at an end)")
             try:
                 value = parse_yaml(text)
+            except YamlLimitError as exc:
+                raise SimulatorError(f"--grid {field}: {quote(text)}: refused: "
+                                     f"{exc.problem}") from None
             except yaml.YAMLError:
                 value = text
             if isinstance(value, (list, dict)) or value is None:

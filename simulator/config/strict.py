@@ -44,14 +44,16 @@ class _StrictLoader(yaml.SafeLoader):
         self.depth += 1
         try:
             if self.depth > MAX_NESTING:
-                raise _LimitError(f"nested deeper than {MAX_NESTING} levels",
+                raise YamlLimitError(f"nested deeper than {MAX_NESTING} levels",
                                   self.peek_event().start_mark)
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
 
 
-class _LimitError(yaml.MarkedYAMLError):
+class YamlLimitError(yaml.MarkedYAMLError):
+    """An input beyond one of the limits above (not malformed: refused)."""
+
     def __init__(self, problem: str, mark):
         super().__init__(problem=problem, problem_mark=mark)
 
@@ -85,13 +87,13 @@ def _measure(node: yaml.Node, depth: int, memo: dict, active: set) -> tuple[int,
     if id(node) in memo:
         values, height = memo[id(node)]
         if depth + height > MAX_NESTING:
-            raise _LimitError(f"aliases nest it deeper than {MAX_NESTING} levels",
+            raise YamlLimitError(f"aliases nest it deeper than {MAX_NESTING} levels",
                               node.start_mark)
         return values, height
     if id(node) in active:
-        raise _LimitError("an alias refers to the anchor it is inside of", node.start_mark)
+        raise YamlLimitError("an alias refers to the anchor it is inside of", node.start_mark)
     if depth > MAX_NESTING:
-        raise _LimitError(f"aliases nest it deeper than {MAX_NESTING} levels", node.start_mark)
+        raise YamlLimitError(f"aliases nest it deeper than {MAX_NESTING} levels", node.start_mark)
     children: list = []
     if isinstance(node, yaml.MappingNode):
         children = [child for pair in node.value for child in pair]
@@ -104,7 +106,7 @@ def _measure(node: yaml.Node, depth: int, memo: dict, active: set) -> tuple[int,
         values += child_values
         height = max(height, child_height + 1)
         if values > MAX_VALUES:
-            raise _LimitError(f"expands to more than {MAX_VALUES:,} values (aliases "
+            raise YamlLimitError(f"expands to more than {MAX_VALUES:,} values (aliases "
                               "included)", node.start_mark)
     active.discard(id(node))
     memo[id(node)] = (values, height)
@@ -122,7 +124,7 @@ def parse_yaml(text: str) -> Any:
         try:
             return loader.construct_document(node)
         except (ValueError, OverflowError) as exc:    # e.g. an integer of 5,000 digits
-            raise _LimitError(f"a value cannot be read ({str(exc)[:80]})", None) from None
+            raise YamlLimitError(f"a value cannot be read ({str(exc)[:80]})", None) from None
     finally:
         loader.dispose()
 
@@ -133,10 +135,10 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
         mark = exc.problem_mark or exc.context_mark
         where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
         problem = exc.problem or exc.context or "malformed"
-        if isinstance(exc, _LimitError):
+        if isinstance(exc, YamlLimitError):
             return f"{where}refused: {problem}"
         return f"{where}malformed YAML: {problem}"
-    return f"malformed YAML: {exc}"
+    return f"malformed YAML: {str(exc).splitlines()[0]}"
 
 
 def read_text(path: str | Path, limit_bytes: int = MAX_FILE_BYTES) -> str:
@@ -210,11 +212,12 @@ class Fields:
     def __init__(self, raw: object, path: str, problems: Problems):
         self.path = path
         self.problems = problems
+        self.broken = False         # not a mapping: reported once, its fields not blamed
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
             problems.add(path, f"expected a mapping, got {describe(raw)}")
-            raw = {}
+            raw, self.broken = {}, True
         self.raw = raw
         self.used: set[str] = set()
 
@@ -222,7 +225,7 @@ class Fields:
         self.used.add(key)
         path = join(self.path, key)
         if key not in self.raw:
-            if default is REQUIRED:
+            if default is REQUIRED and not self.broken:
                 self.problems.add(path, "is required")
                 return None
             return default
@@ -236,9 +239,11 @@ class Fields:
 
     def sub(self, key: str, default: Any = REQUIRED) -> "Fields":
         self.used.add(key)
-        if key not in self.raw and default is REQUIRED:
+        if key not in self.raw and default is REQUIRED and not self.broken:
             self.problems.add(join(self.path, key), "is required")
-        return Fields(self.raw.get(key), join(self.path, key), self.problems)
+        sub = Fields(self.raw.get(key), join(self.path, key), self.problems)
+        sub.broken |= self.broken
+        return sub
 
     def finish(self) -> None:
         """Report keys nobody asked for: a misspelt key must never fall back to a default."""
@@ -306,6 +311,8 @@ def as_number(maximum: float) -> Callable[[Any], float]:
 def as_name(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected a non-empty string, got {describe(value)} {quote(value)}")
+    if not value.isprintable():
+        raise ValueError(f"a name must be one line of printable text, got {quote(value)}")
     return value
 
 
@@ -338,7 +345,7 @@ def parse_override(text: str) -> tuple[str, Any]:
         return path, ""
     try:
         return path, parse_yaml(value_text)
-    except _LimitError as exc:
+    except YamlLimitError as exc:
         raise ConfigError("--set", [f"{OVERRIDE_MARK}{override_label(path, value_text)}: "
                                     f"refused: {exc.problem}"]) from None
     except yaml.YAMLError:
@@ -347,7 +354,7 @@ def parse_override(text: str) -> tuple[str, Any]:
 
 def override_label(path: str, value: Any) -> str:
     """An override as error messages name it: 'params.tokens=2048', cut short when long."""
-    text = f"{path}={value}"
+    text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in f"{path}={value}")
     if len(text) <= 2 * QUOTE_CHARS:
         return text
     return f"{text[:2 * QUOTE_CHARS]}... ({len(text):,} characters)"

@@ -1,0 +1,437 @@
+"""The second catalogue of hostile inputs (issue 10): YAML bombs and nesting, files that are
+not files, numbers too large to be sizes, expressions and overrides beyond reason, hardware
+that cannot be a chip, degenerate workloads, sweeps, compare labels and output files.
+
+Each case runs the CLI in a fresh folder holding a small workload (w.yaml, on the tiny chip)
+and whatever files the case adds. A refusal must be one line that starts with 'error: ',
+names the problem, stays short, and exits 2; a documented success exits 0. In every case
+no file that was there before is changed, and nothing hangs (a case has 20 seconds)."""
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+
+from .test_hostile import BASE, HW, edit
+
+FIFO, DIR = object(), object()          # file markers: a named pipe, a folder
+MAX_LINE_CHARS = 400
+
+
+def case(name, args, fragment, files=None, code=2):
+    return pytest.param(args, fragment, files or {}, code, id=name)
+
+
+def workload_with(old, new):
+    return {"w.yaml": edit(old, new)}
+
+
+def with_hardware(old, new, workload_edit=("hardware: tiny", "hardware: hw.yaml")):
+    return {"hw.yaml": edit(old, new, text=HW), "w.yaml": edit(*workload_edit)}
+
+
+def nested(depth, opening="[", closing="]"):
+    return opening * depth + closing * depth
+
+
+BOMB = "".join(f"{c}: &{c} [{', '.join([f'*{p}'] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi"))
+USER_PNG = b"\x89PNG\r\n\x1a\n" + b"\x00\x00\x00\rIHDR" + b"\x00" * 17 + b"user picture"
+
+YAML_CASES = [
+    case("alias-bomb", ["run", "w.yaml"], "expands to more than 100,000 values",
+         {"w.yaml": "a: &a [x, x, x, x, x, x, x, x, x]\n" + BOMB + BASE}),
+    case("alias-bomb-in-ops", ["run", "w.yaml"], "expands to more than",
+         {"w.yaml": BASE.split("ops:")[0] + "ops: &o [" + ", ".join(["{}"] * 50) + "]\n"
+          + "extra: [" + ", ".join(["*o"] * 3000) + "]\n"}),
+    case("recursive-alias", ["run", "w.yaml"], "refused",
+         {"w.yaml": BASE + "schedule: &s {tiling: *s}\n"}),
+    case("deep-lists", ["run", "w.yaml"], "nested deeper than 32 levels",
+         {"w.yaml": BASE + "x: " + nested(5000) + "\n"}),
+    case("deep-mappings", ["run", "w.yaml"], "nested deeper than 32 levels",
+         {"w.yaml": BASE + "x: " + nested(3000, "{a: ", "}") + "\n"}),
+    case("deep-through-aliases", ["run", "w.yaml"], "aliases nest it deeper",
+         {"w.yaml": "a: &a " + nested(20) + "\nb: &b " + "[" * 15 + "*a" + "]" * 15 + "\n"
+          + BASE}),
+    case("merge-keys-work", ["run", "w.yaml"], "t on tiny", code=0,
+         files={"w.yaml": edit("params: {m: 32, n: 64, k: 64}",
+                               "params: {<<: {m: 16, n: 64}, m: 32, k: 64}")}),
+    case("merge-key-bad-value", ["run", "w.yaml"], "malformed YAML",
+         files={"w.yaml": edit("params: {m: 32,", "params: {<<: 5, m: 32,")}),
+    case("merge-brings-unknown-field", ["run", "w.yaml"], "tensors.a.colour: unknown",
+         files={"w.yaml": edit("a: {shape: [m, k]}", "a: {<<: {colour: red}, shape: [m, k]}")}),
+    case("two-documents", ["run", "w.yaml"], "but found another document",
+         {"w.yaml": BASE + "---\nname: again\n"}),
+    case("python-tag", ["run", "w.yaml"], "malformed YAML",
+         {"w.yaml": edit("name: t", "name: !!python/object/apply:os.system [ls]")}),
+    case("null-byte", ["run", "w.yaml"], "malformed YAML",
+         {"w.yaml": edit("name: t", "name: t\x00x")}),
+    case("huge-integer-literal", ["run", "w.yaml"], "cannot be read",
+         workload_with("m: 32,", "m: " + "9" * 5000 + ",")),
+    case("key-is-a-list", ["run", "w.yaml"], "a key must be a plain name",
+         {"w.yaml": BASE + "? [a, b]\n: 1\n"}),
+    case("file-too-large", ["run", "w.yaml"], "larger than the 1.0 MiB",
+         {"w.yaml": BASE + "# " + "x" * (1 << 20) + "\n"}),
+    case("fifo", ["run", "pipe.yaml"], "not a regular file", {"pipe.yaml": FIFO}),
+    case("dev-zero", ["run", "/dev/zero"], "not a regular file"),
+    case("dev-stdin", ["run", "/dev/stdin"], "not a regular file"),
+    case("folder-named-yaml", ["run", "d.yaml"], "is a directory", {"d.yaml": DIR}),
+    case("binary-garbage", ["run", "w.yaml"], "cannot be read", {"w.yaml": bytes(range(256))}),
+    case("date-as-name", ["run", "w.yaml"], "name: expected a non-empty string",
+         workload_with("name: t", "name: 2024-01-01")),
+    case("set-tag-as-inputs", ["run", "w.yaml"], "expected a list of tensor names",
+         workload_with("inputs: [a, b]", "inputs: !!set {a, b}")),
+    case("long-unknown-key", ["run", "w.yaml"], "(100,002 characters): unknown field",
+         {"w.yaml": BASE + "? " + "k" * 100_000 + "\n: 1\n"}),
+    case("long-implicit-key", ["run", "w.yaml"], "malformed YAML: could not find expected",
+         {"w.yaml": BASE + "k" * 100_000 + ": 1\n"}),
+]
+
+NUMBER_CASES = [
+    case("param-scientific-text", ["run", "w.yaml"], "write 1000",
+         workload_with("m: 32,", "m: 1e3,")),
+    case("param-scientific-float", ["run", "w.yaml"], "write 1000",
+         workload_with("m: 32,", "m: 1.0e+3,")),
+    case("param-huge", ["run", "w.yaml"], "at most 4,294,967,296",
+         workload_with("m: 32,", "m: 100000000000000000000000000000,")),
+    case("param-infinity", ["run", "w.yaml"], "params.m: must be a positive integer",
+         workload_with("m: 32,", "m: .inf,")),
+    case("param-nan", ["run", "w.yaml"], "params.m: must be a positive integer",
+         workload_with("m: 32,", "m: .nan,")),
+    case("param-boolean", ["run", "w.yaml"], "got a boolean",
+         workload_with("m: 32,", "m: true,")),
+    case("param-hex-is-a-number", ["run", "w.yaml"], "t on tiny", code=0,
+         files=workload_with("m: 32,", "m: 0x20,")),
+    case("dimension-product-too-large", ["run", "w.yaml"], "larger than the 4,294,967,296",
+         workload_with("[m, k]", "[m * m * m * m * m * m * m, k]")),
+    case("tensor-too-large-for-hbm", ["run", "w.yaml"], "of HBM",
+         workload_with("{m: 32, n: 64, k: 64}", "{m: 65536, n: 65536, k: 64}")),
+    case("rank-too-high", ["run", "w.yaml"], "a tensor has at most 8",
+         workload_with("bias: {shape: [n]", "bias: {shape: [n, 1, 1, 1, 1, 1, 1, 1, 1]")),
+    case("tiling-scientific", ["run", "w.yaml"], "write 32",
+         {"w.yaml": BASE + "schedule: {tiling: {mm: {base: {m: 3.2e+1}}}}\n"}),
+    case("tiling-split-huge", ["run", "w.yaml"], "above the maximum",
+         {"w.yaml": BASE + "schedule: {tiling: {mm: {split: {m: 1000000000}}}}\n"}),
+    case("step-zero", ["run", "w.yaml"], "below the minimum of 1",
+         {"w.yaml": BASE + "schedule: {tiling: {mm: {step: {k: 0}}}}\n"}),
+]
+
+EXPRESSION_CASES = [
+    case("expression-too-long", ["run", "w.yaml"], "longer than the 200 characters",
+         workload_with("[m, k]", "['" + "+".join(["1"] * 50_000) + "', k]")),
+    case("expression-deep-parentheses", ["run", "w.yaml"], "longer than the 200",
+         workload_with("[m, k]", "['" + nested(300, "(", ")").replace("()", "(m)") + "', k]")),
+    case("expression-nested-within-limit", ["run", "w.yaml"], "t on tiny", code=0,
+         files=workload_with("[m, k]", "['" + "(" * 90 + "m" + ")" * 90 + "', k]")),
+    case("expression-unary-chain", ["run", "w.yaml"], "dimensions must be positive",
+         workload_with("[m, k]", "['" + "-" * 99 + "m', k]")),
+    case("expression-call", ["run", "w.yaml"], "only integers, param names",
+         workload_with("[m, k]", "['len(m)', k]")),
+    case("expression-attribute", ["run", "w.yaml"], "only integers, param names",
+         workload_with("[m, k]", "['m.real', k]")),
+    case("expression-float", ["run", "w.yaml"], "only integers, param names",
+         workload_with("[m, k]", "['m * 1.5', k]")),
+    case("expression-modulo", ["run", "w.yaml"], "only integers, param names",
+         workload_with("[m, k]", "['m % 5', k]")),
+    case("expression-lambda", ["run", "w.yaml"], "only integers, param names",
+         workload_with("[m, k]", "['(lambda: 1)()', k]")),
+    case("expression-empty", ["run", "w.yaml"], "is not a valid expression",
+         workload_with("[m, k]", "['  ', k]")),
+    case("expression-bytes", ["run", "w.yaml"], "is not a valid expression",
+         workload_with("[m, k]", "['m\\x00', k]")),
+]
+
+OVERRIDE_CASES = [
+    case("set-deep-value", ["run", "w.yaml", "--set", "params.m=" + nested(3000)],
+         "--set params.m=[[[[", {}),
+    case("set-bomb-value", ["run", "w.yaml", "--set",
+                            "params.m=[&a [1,1,1,1,1,1,1,1,1,1], " + ", ".join(["*a"] * 20000)
+                            + "]"], "expands to more than"),
+    case("set-long-path", ["run", "w.yaml", "--set", "a." * 100 + "b=1"],
+         "deeper than the 32 levels"),
+    case("set-empty-segment", ["run", "w.yaml", "--set", "params..m=1"],
+         "is not a dotted field path"),
+    case("set-no-equals", ["run", "w.yaml", "--set", "params.m"], "must be PATH=VALUE"),
+    case("set-scientific", ["run", "w.yaml", "--set", "params.m=1e3"],
+         "--set params.m=1e3: must be a positive integer"),
+    case("set-into-scalar", ["run", "w.yaml", "--set", "name.x=1"],
+         "'name' is a string, not a mapping"),
+    case("set-replaces-a-mapping", ["run", "w.yaml", "--set", "hardware.HBM=fast"],
+         "--set hardware.HBM=fast: expected a mapping"),
+    case("set-hardware-missing-file", ["run", "w.yaml", "--set", "hardware=nothere.yaml"],
+         "--set hardware=nothere.yaml: 'nothere.yaml': no such file"),
+    case("set-hardware-path-escape", ["run", "w.yaml", "--set", "hardware=../../etc/passwd"],
+         "no hardware preset named"),
+    case("set-huge-size", ["run", "w.yaml", "--set", "hardware.HBM.capacity=99999999999TiB"],
+         "no memory holds more than 1 PiB"),
+    case("set-huge-integer-size", ["run", "w.yaml", "--set",
+                                   "hardware.L1.capacity=" + "9" * 400], "too large"),
+    case("set-value-with-newline", ["run", "w.yaml", "--set", "name=a\nb: 1"],
+         "--set name=a\\nb: 1: a name must be one line"),
+    case("set-budget", ["run", "w.yaml", "--max-cycles", "10"], "--max-cycles N"),
+]
+
+HARDWARE_CASES = [
+    case("hw-l0a-larger-than-l1", ["run", "w.yaml"], "larger than L1",
+         with_hardware("L0A: {capacity: 8KiB}", "L0A: {capacity: 128KiB}")),
+    case("hw-ub-too-small", ["run", "w.yaml"], "UB.capacity: 512 B cannot hold",
+         with_hardware("UB:  {capacity: 16KiB}", "UB:  {capacity: 512B}")),
+    case("hw-l0c-too-small", ["run", "w.yaml"], "L0C.capacity",
+         with_hardware("L0C: {capacity: 16KiB}", "L0C: {capacity: 64B}")),
+    case("hw-hbm-latency-absurd", ["run", "w.yaml"], "beyond the 100 µs",
+         with_hardware("latency: 100cycles", "latency: 2s")),
+    case("hw-engine-latency-absurd", ["run", "w.yaml"], "MTE2.latency",
+         with_hardware("latency: 10cycles", "latency: 1000000000cycles")),
+    case("hw-launch-absurd", ["run", "w.yaml"], "beyond the 10,000 µs",
+         with_hardware("launch_overhead: 100cycles", "launch_overhead: 1s")),
+    case("hw-clock-too-slow", ["run", "w.yaml"], "outside the 1 MHz to 100 GHz",
+         with_hardware("clock: 1.0GHz", "clock: 1Hz")),
+    case("hw-clock-too-fast", ["run", "w.yaml"], "outside the 1 MHz to 100 GHz",
+         with_hardware("clock: 1.0GHz", "clock: 1000000GHz")),
+    case("hw-zero-rate", ["run", "w.yaml"], "must be a positive rate",
+         with_hardware("L2->L1: 64B/cycle", "L2->L1: 0B/cycle")),
+    case("hw-zero-vector", ["run", "w.yaml"], "must be a positive rate",
+         with_hardware("bandwidth: 64B/cycle\n  latency: 4cycles",
+                       "bandwidth: 0TB/s\n  latency: 4cycles")),
+    case("hw-infinite-rate", ["run", "w.yaml"], "too large to be a rate",
+         with_hardware("bandwidth: 128B/cycle", "bandwidth: 1e400B/cycle")),
+    case("hw-negative-latency", ["run", "w.yaml"], "is not a time",
+         with_hardware("latency: 20cycles", "latency: -20cycles")),
+    case("hw-cost-factor-zero", ["run", "w.yaml"], "must be above 0",
+         with_hardware("elementwise: 1", "elementwise: 0")),
+    case("hw-cost-factor-nan", ["run", "w.yaml"], "must be above 0",
+         with_hardware("elementwise: 1", "elementwise: .nan")),
+    case("hw-cost-factor-huge", ["run", "w.yaml"], "at most 1000",
+         with_hardware("elementwise: 1", "elementwise: 1.0e+9")),
+    case("hw-efficiency-nan", ["run", "w.yaml"], "must be in (0, 1]",
+         with_hardware("efficiency: 1.0", "efficiency: .nan")),
+    case("hw-fractal-zero", ["run", "w.yaml"], "below the minimum of 1",
+         with_hardware("fp16: {m: 16, n: 16, k: 16}", "fp16: {m: 0, n: 16, k: 16}")),
+    case("hw-too-many-cores", ["run", "w.yaml"], "above the maximum of 4,096",
+         with_hardware("cores: 2", "cores: 100000")),
+    case("hw-empty-name", ["run", "w.yaml"], "name: expected a non-empty string",
+         with_hardware("name: tiny", "name: ''")),
+    case("hw-hbm-too-small", ["run", "w.yaml"], "but tiny has 1.0 KB",
+         with_hardware("capacity: 1GiB", "capacity: 1000B")),
+    case("hw-is-a-fifo", ["run", "w.yaml"], "not a regular file",
+         {"hw.yaml": FIFO, "w.yaml": edit("hardware: tiny", "hardware: hw.yaml")}),
+    case("hw-bomb", ["run", "w.yaml"], "expands to more than",
+         {"hw.yaml": "a: &a [x, x, x, x, x, x, x, x, x]\n" + BOMB + HW,
+          "w.yaml": edit("hardware: tiny", "hardware: hw.yaml")}),
+    case("hw-relative-to-the-workload", ["run", "sub/w.yaml"], "t on tiny", code=0,
+         files={"sub/hw/chip.yaml": HW, "sub/w.yaml": edit("hardware: tiny",
+                                                           "hardware: hw/chip.yaml")}),
+    case("hw-preset-name-with-slash", ["run", "w.yaml"], "no hardware preset named",
+         workload_with("hardware: tiny", "hardware: tiny/../tiny")),
+    case("hw-unknown-field-names-override", ["run", "w.yaml", "--set",
+                                             "hardware.L1.size=1MiB"],
+         "--set hardware.L1.size=1MiB: unknown field"),
+]
+
+DEGENERATE_CASES = [
+    case("only-views", ["run", "w.yaml"], "nothing to simulate",
+         {"w.yaml": BASE.split("ops:")[0]
+          + "ops:\n  - {name: v, op: reshape, inputs: [a], output: v, attrs: {shape: [k, m]}}\n"}),
+    case("tune-without-matmul", ["tune", "w.yaml"], "nothing to tune",
+         workload_with("op: matmul, inputs: [a, b]", "op: relu, inputs: [a]")),
+    case("tune-only-views", ["tune", "w.yaml"], "nothing to tune",
+         {"w.yaml": BASE.split("ops:")[0]
+          + "ops:\n  - {name: v, op: reshape, inputs: [a], output: v, attrs: {shape: [k, m]}}\n"}),
+    case("sweep-every-point-illegal", ["sweep", "w.yaml", "--workers", "1", "--grid",
+                                       "schedule.tiling.mm.base.m=48,64"],
+         "every point is illegal", code=0),
+    case("compare-views-only", ["compare", "w.yaml"], "nothing to simulate",
+         {"w.yaml": BASE.split("ops:")[0]
+          + "ops:\n  - {name: v, op: reshape, inputs: [a], output: v, attrs: {shape: [k, m]}}\n"}),
+]
+
+SWEEP_CASES = [
+    case("grid-misspelt-field", ["sweep", "w.yaml", "--grid", "schedule.fuzion=auto,none"],
+         "--grid schedule.fuzion=auto: unknown field"),
+    case("grid-unknown-param", ["sweep", "w.yaml", "--grid", "params.q=1,2"], "no param 'q'"),
+    case("grid-empty-value", ["sweep", "w.yaml", "--grid", "params.m=16,,32"], "an empty value"),
+    case("grid-trailing-comma", ["sweep", "w.yaml", "--grid", "params.m=16,"], "an empty value"),
+    case("grid-no-values", ["sweep", "w.yaml", "--grid", "params.m="], "write FIELD=V1,V2"),
+    case("grid-no-field", ["sweep", "w.yaml", "--grid", "=1,2"], "write FIELD=V1,V2"),
+    case("grid-bad-value", ["sweep", "w.yaml", "--grid", "params.m=16,lots"],
+         "--grid params.m=lots: must be a positive integer"),
+    case("grid-list-value", ["sweep", "w.yaml", "--grid", "params.m=[16]"],
+         "not a single number or word"),
+    case("grid-repeated-value", ["sweep", "w.yaml", "--grid", "params.m=16,16"],
+         "is given twice"),
+    case("grid-repeated-field", ["sweep", "w.yaml", "--grid", "params.m=16",
+                                 "--grid", "params.m=32"], "is given twice"),
+    case("grid-deep-value", ["sweep", "w.yaml", "--grid", "params.m=" + nested(3000)],
+         "refused: nested deeper than 32 levels"),
+    case("grid-too-many-values", ["sweep", "w.yaml", "--grid",
+                                  "params.m=" + ",".join(map(str, range(1, 10_002)))],
+         "more than the 10,000"),
+    case("grid-large-needs-yes", ["sweep", "w.yaml", "--grid",
+                                  "params.m=" + ",".join(map(str, range(1, 102)))],
+         "the grid has 101 points"),
+    case("grid-plot-three-fields", ["sweep", "w.yaml", "--plot", "p.png", "--grid", "params.m=16",
+                                    "--grid", "params.n=16", "--grid", "params.k=16"],
+         "this grid has 3"),
+    case("grid-plot-a-word", ["sweep", "w.yaml", "--plot", "p.png", "--metric", "bound",
+                              "--grid", "params.m=16"], "cannot be plotted"),
+    case("grid-unknown-metric", ["sweep", "w.yaml", "--metric", "speed", "--grid",
+                                 "params.m=16"], "not a sweep figure"),
+    case("grid-dask-without-scheduler", ["sweep", "w.yaml", "--executor", "dask", "--grid",
+                                         "params.m=16"], "go together"),
+    case("grid-none", ["sweep", "w.yaml"], "at least one --grid"),
+    case("compare-empty-variant", ["compare", "w.yaml", "--variant", ","],
+         "give one or more PATH=VALUE"),
+    case("compare-same-variant-twice", ["compare", "w.yaml", "--variant", "params.m=16",
+                                        "--variant", "params.m=16"], "is given twice"),
+    case("compare-labels-distinguish-paths", ["compare", "w.yaml", "--set",
+                                              "hardware.L1.capacity=32KiB", "--set",
+                                              "hardware.L1.capacity=64KiB", "--set",
+                                              "hardware.UB.capacity=8KiB", "--set",
+                                              "hardware.UB.capacity=16KiB"],
+         "L1.capacity=64KiB UB.capacity=16KiB", code=0),
+]
+
+OUTPUT_CASES = [
+    case("json-is-a-folder", ["run", "w.yaml", "--json", "out.json"], "is a folder",
+         {"out.json": DIR}),
+    case("json-missing-folder", ["run", "w.yaml", "--json", "nowhere/r.json"],
+         "the folder 'nowhere' does not exist"),
+    case("json-wrong-extension", ["run", "w.yaml", "--json", "r.txt"], "must end in .json"),
+    case("json-user-file-with-points", ["run", "w.yaml", "--json", "r.json"],
+         "was not written by this simulator", {"r.json": '{"points": [1, 2]}'}),
+    case("json-user-file-with-provenance", ["run", "w.yaml", "--json", "r.json"],
+         "was not written by this simulator", {"r.json": '{"provenance": "mine"}'}),
+    case("json-user-file-deep", ["run", "w.yaml", "--json", "r.json"],
+         "was not written by this simulator", {"r.json": nested(100_000)}),
+    case("json-into-read-only-place", ["run", "w.yaml", "--json", "/proc/r.json"],
+         "cannot write in '/proc'"),
+    case("trace-wrong-extension", ["run", "w.yaml", "--trace", "t.trace"], "must end in .json"),
+    case("trace-and-json-same-file", ["run", "w.yaml", "--json", "r.json", "--trace",
+                                      "r.json"], "is also the file of --json"),
+    case("trace-over-user-json", ["run", "w.yaml", "--trace", "t.json"],
+         "was not written by this simulator", {"t.json": '{"traceEvents": []}'}),
+    case("plot-is-a-file", ["run", "w.yaml", "--plot", "plots"], "is a file, not a folder",
+         {"plots": "my notes"}),
+    case("plot-missing-parent", ["run", "w.yaml", "--plot", "a/b"], "the folder 'a' does not"),
+    case("plot-over-user-png", ["run", "w.yaml", "--plot", "plots"],
+         "plots/timeline.png: the file exists and was not written",
+         {"plots/timeline.png": USER_PNG}),
+    case("sweep-csv-over-user-csv", ["sweep", "w.yaml", "--grid", "params.m=16", "--csv",
+                                     "data.csv"], "was not written by this simulator",
+         {"data.csv": "error,time_us\n,1\n"}),
+    case("sweep-default-csv-over-user-csv", ["sweep", "w.yaml", "--grid", "params.m=16"],
+         "--csv w-sweep.csv: the file exists", {"w-sweep.csv": "mine\n"}),
+    case("sweep-csv-wrong-extension", ["sweep", "w.yaml", "--grid", "params.m=16", "--csv",
+                                       "out.json"], "must end in .csv"),
+    case("sweep-plot-over-user-png", ["sweep", "w.yaml", "--grid", "params.m=16", "--plot",
+                                      "p.png"], "was not written", {"p.png": USER_PNG}),
+    case("sweep-plot-wrong-extension", ["sweep", "w.yaml", "--grid", "params.m=16", "--plot",
+                                        "p.svg"], "must end in .png"),
+    case("sweep-json-is-the-workload", ["sweep", "w.yaml", "--grid", "params.m=16", "--json",
+                                        "w.yaml"], "that is an input file"),
+    case("compare-json-over-user-file", ["compare", "w.yaml", "--json", "c.json"],
+         "was not written", {"c.json": '{"variants": []}'}),
+    case("tune-write-exists", ["tune", "w.yaml", "--write", "t.yaml"], "was not written",
+         {"t.yaml": "name: mine\n"}),
+    case("tune-write-the-input", ["tune", "w.yaml", "--write", "w.yaml", "--force"],
+         "that is an input file"),
+    case("tune-write-wrong-extension", ["tune", "w.yaml", "--write", "t.json"],
+         "must end in .yaml"),
+]
+
+CLI_CASES = [
+    case("cli-unknown-option", ["run", "w.yaml", "--fast"], "unrecognized arguments: --fast"),
+    case("cli-unknown-command", ["simulate", "w.yaml"], "invalid choice: 'simulate'"),
+    case("cli-no-command", [], "required: COMMAND"),
+    case("cli-workers-zero", ["sweep", "w.yaml", "--workers", "0", "--grid", "params.m=16"],
+         "0 must be at least 1"),
+    case("cli-workers-absurd", ["tune", "w.yaml", "--workers", "100000"],
+         "more worker processes than"),
+    case("cli-top-zero", ["tune", "w.yaml", "--top", "0"], "0 must be at least 1"),
+    case("cli-max-cycles-word", ["run", "w.yaml", "--max-cycles", "lots"],
+         "'lots' is not a whole number"),
+]
+
+ALL = (YAML_CASES + NUMBER_CASES + EXPRESSION_CASES + OVERRIDE_CASES + HARDWARE_CASES
+       + DEGENERATE_CASES + SWEEP_CASES + OUTPUT_CASES + CLI_CASES)
+
+
+def make_files(folder: Path, files: dict) -> None:
+    files = {"w.yaml": BASE, **files}
+    for name, content in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if content is FIFO:
+            os.mkfifo(path)
+        elif content is DIR:
+            path.mkdir()
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
+
+
+def snapshot(folder: Path) -> dict:
+    """Every regular file under `folder` with its bytes (FIFOs and folders by kind only)."""
+    state = {}
+    for path in sorted(folder.rglob("*")):
+        if path.is_fifo():
+            state[path] = "fifo"
+        elif path.is_file():
+            state[path] = path.read_bytes()
+        elif path.is_dir():
+            state[path] = "folder"
+    return state
+
+
+class Hang(Exception):
+    pass
+
+
+def _hang(signum, frame):
+    raise Hang("the command took longer than 20 seconds")
+
+
+@pytest.mark.parametrize("args, fragment, files, code", ALL)
+def test_hostile_case(tmp_path, capsys, monkeypatch, args, fragment, files, code):
+    make_files(tmp_path, files)
+    before = snapshot(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    previous = signal.signal(signal.SIGALRM, _hang)
+    signal.alarm(20)
+    try:
+        try:
+            result = main(args)
+        except SystemExit as exit_:          # argparse's own exits (our parser's error())
+            result = exit_.code
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    assert result == code, err
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert len(lines) == 1, err
+        assert lines[0].startswith("error: "), err
+        assert fragment in lines[0], err
+        assert len(lines[0]) <= MAX_LINE_CHARS, lines[0]
+    else:
+        assert fragment in out, out
+    after = snapshot(tmp_path)
+    assert {p: v for p, v in after.items() if p in before} == before
+
+
+def test_thousands_of_problems_print_twenty_lines_and_a_count(tmp_path, capsys):
+    path = tmp_path / "w.yaml"
+    path.write_text(BASE + "".join(f"junk{i}: 1\n" for i in range(3000)))
+    assert main(["run", str(path)]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 21 and all("unknown field" in line for line in lines[:20])
+    assert lines[-1] == "error: ... and 2,980 more problems"
+
+
+def test_the_second_catalogue_is_large():
+    assert len(ALL) >= 80
