@@ -114,6 +114,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 MAX_WORKERS = 256
+MAX_VARIANTS = 32
 
 
 def _count(text: str) -> int:
@@ -246,6 +247,9 @@ def variants_from(overrides: list[str], explicit: list[str]) -> tuple[list, list
         combos.append(parts)
     if not combos:
         combos = [["schedule.fusion=none"], ["schedule.fusion=auto"]]
+    if len(combos) > MAX_VARIANTS:
+        raise SimulatorError(f"{len(combos):,} variants are more than the {MAX_VARIANTS} a "
+                             "side-by-side table can show; use sweep for a grid of values")
     variants = list(zip(_labels(combos), combos))
     seen: dict[frozenset, str] = {}
     for label, combo in variants:

@@ -108,6 +108,29 @@ def test_tune_cli_writes_a_tuned_workload_that_loads(tmp_path):
     assert again.returncode == 2 and "--force" in again.stderr
 
 
+def test_tune_write_into_another_folder_keeps_the_hardware_file(tmp_path):
+    """A relative hardware path is taken from the workload's folder, from any directory, and
+    a tuned copy written elsewhere still leads to the same hardware file."""
+    from .test_hostile import BASE, HW
+
+    (tmp_path / "project" / "chips").mkdir(parents=True)
+    (tmp_path / "project" / "chips" / "mine.yaml").write_text(HW.replace("name: tiny",
+                                                                         "name: mine"))
+    workload = tmp_path / "project" / "w.yaml"
+    workload.write_text(BASE.replace("hardware: tiny", "hardware: chips/mine.yaml"))
+    (tmp_path / "results" / "tuned").mkdir(parents=True)
+    out = tmp_path / "results" / "tuned" / "w.yaml"
+    result = run_cli("tune", str(workload), "--workers", "1", "--write", str(out), "--set",
+                     "params.m=16", cwd=tmp_path / "results")
+    assert result.returncode == 0, result.stderr
+    assert "hardware: ../../project/chips/mine.yaml" in out.read_text()
+    tuned = sim.load_workload(out)
+    assert tuned.hardware.name == "mine" and tuned.params["m"] == 16
+    assert tuned.tiling["mm"].base_m is not None
+    elsewhere = run_cli("run", str(out), cwd=tmp_path)
+    assert elsewhere.returncode == 0, elsewhere.stderr
+
+
 def test_chrome_trace_structure_and_busy_cycles(tmp_path):
     path = tmp_path / "trace.json"
     result = run_cli("run", "workloads/matmul_residual_rmsnorm.yaml", "--trace", str(path),

@@ -12,6 +12,8 @@ import signal
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from simulator.cli import main
 
@@ -285,6 +287,11 @@ SWEEP_CASES = [
          "give one or more PATH=VALUE"),
     case("compare-same-variant-twice", ["compare", "w.yaml", "--variant", "params.m=16",
                                         "--variant", "params.m=16"], "is given twice"),
+    case("compare-too-many-variants", ["compare", "w.yaml", *(a for m in range(1, 8) for a in
+                                                             ("--set", f"params.m={16 * m}")),
+                                       *(a for n in range(1, 6) for a in
+                                         ("--set", f"params.n={16 * n}"))],
+         "35 variants are more than the 32"),
     case("compare-labels-distinguish-paths", ["compare", "w.yaml", "--set",
                                               "hardware.L1.capacity=32KiB", "--set",
                                               "hardware.L1.capacity=64KiB", "--set",
@@ -435,3 +442,85 @@ def test_thousands_of_problems_print_twenty_lines_and_a_count(tmp_path, capsys):
 
 def test_the_second_catalogue_is_large():
     assert len(ALL) >= 80
+
+
+HW_FRAGMENTS = st.sampled_from(["", "[", "]", "{", "}", ":", "- ", "\n", "  ", "0", "-1", "1e9",
+                                ".nan", ".inf", "KiB", "GiB", "B/cycle", "TB/s", "cycles", "ns",
+                                "s", "GHz", "Hz", "&a", "*a", "<<: ", "!!binary", "'", ",",
+                                "\t", "L1", "UB", "->", "fp16", "9" * 30])
+PATHS = st.sampled_from(["params.m", "params.n", "params.k", "name", "dtype", "hardware",
+                         "schedule.fusion", "schedule.tiling.mm.base.m",
+                         "schedule.tiling.mm.split.n", "schedule.tiling.default.buffers",
+                         "tensors.a.shape", "tensors.b.kind", "ops", "ops.0",
+                         "hardware.HBM.bandwidth", "hardware.L1.capacity", "hardware.cores",
+                         "hardware.clock", "hardware.MTE2.latency", "hardware.cube.fractal.fp16.k",
+                         "hardware.vector.cost_factor.reduction", "hardware.launch_overhead",
+                         "x", "params", "hardware.L0A", "", ".", "a..b"])
+VALUES = st.lists(HW_FRAGMENTS | st.sampled_from(["16", "32", "auto", "none", "[m, k]", "64KiB",
+                                                  "2.4TB/s", "tiny", "w.yaml", "=", "null"]),
+                  max_size=4).map("".join)
+
+
+def run_quietly(args: list[str]) -> tuple[int, str]:
+    """main() in this process with its output captured, stopped after 20 seconds."""
+    import contextlib
+    import io
+
+    err, out = io.StringIO(), io.StringIO()
+    previous = signal.signal(signal.SIGALRM, _hang)
+    signal.alarm(20)
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(out):
+            try:
+                code = main(args)
+            except SystemExit as exit_:
+                code = exit_.code
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    return code, err.getvalue()
+
+
+def assert_clean(code: int, err: str) -> None:
+    assert code in (0, 2), err
+    assert "Traceback" not in err
+    if code == 2:
+        lines = err.strip().splitlines()
+        assert lines and all(line.startswith("error: ") for line in lines), err
+        assert all(len(line) <= MAX_LINE_CHARS for line in lines), err
+
+
+@pytest.mark.slow
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(position=st.integers(0, len(HW)), cut=st.integers(0, 12),
+       insert=st.lists(HW_FRAGMENTS, max_size=4))
+def test_mutated_hardware_never_crashes(tmp_path_factory, position, cut, insert):
+    folder = tmp_path_factory.mktemp("hw")
+    (folder / "hw.yaml").write_text(HW[:position] + "".join(insert) + HW[position + cut:])
+    (folder / "w.yaml").write_text(edit("hardware: tiny", "hardware: hw.yaml"))
+    assert_clean(*run_quietly(["run", str(folder / "w.yaml")]))
+
+
+@pytest.mark.slow
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(overrides=st.lists(st.tuples(PATHS, VALUES), min_size=1, max_size=3))
+def test_random_overrides_never_crash(tmp_path_factory, overrides):
+    path = tmp_path_factory.mktemp("set") / "w.yaml"
+    path.write_text(BASE)
+    args = ["run", str(path)]
+    for field, value in overrides:
+        args += ["--set", f"{field}={value}"]
+    assert_clean(*run_quietly(args))
+
+
+@pytest.mark.slow
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(grids=st.lists(st.tuples(PATHS, st.lists(VALUES, min_size=1, max_size=3)),
+                      min_size=1, max_size=2))
+def test_random_grids_never_crash(tmp_path_factory, grids):
+    folder = tmp_path_factory.mktemp("grid")
+    (folder / "w.yaml").write_text(BASE)
+    args = ["sweep", str(folder / "w.yaml"), "--workers", "1", "--csv", str(folder / "s.csv")]
+    for field, values in grids:
+        args += ["--grid", f"{field}={','.join(values)}"]
+    assert_clean(*run_quietly(args))
