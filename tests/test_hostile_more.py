@@ -81,6 +81,8 @@ YAML_CASES = [
     case("dev-stdin", ["run", "/dev/stdin"], "not a regular file"),
     case("folder-named-yaml", ["run", "d.yaml"], "is a directory", {"d.yaml": DIR}),
     case("binary-garbage", ["run", "w.yaml"], "cannot be read", {"w.yaml": bytes(range(256))}),
+    case("tensor-not-a-mapping", ["run", "w.yaml"], "tensors.a: expected a mapping, got a str",
+         workload_with("a: {shape: [m, k]}", "a: 0 [m, k]}")),
     case("date-as-name", ["run", "w.yaml"], "name: expected a non-empty string",
          workload_with("name: t", "name: 2024-01-01")),
     case("set-tag-as-inputs", ["run", "w.yaml"], "expected a list of tensor names",

@@ -225,10 +225,11 @@ class Fields:
         self.used.add(key)
         path = join(self.path, key)
         if key not in self.raw:
-            if default is REQUIRED and not self.broken:
+            if default is not REQUIRED:
+                return default
+            if not self.broken:
                 self.problems.add(path, "is required")
-                return None
-            return default
+            return None
         try:
             return parse(self.raw[key])
         except SkipField:
