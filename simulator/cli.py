@@ -306,7 +306,7 @@ def _sweep(args) -> int:
         check_grid,
         estimate_seconds,
         parse_grid,
-        points,
+        point_count,
         sweep,
     )
 
@@ -331,7 +331,7 @@ def _sweep(args) -> int:
     check_outputs([o for o in (csv_out, json_out, plot_out) if o], args.force, (args.workload,))
     load_workload(args.workload, args.overrides)          # fail fast on a broken base file
     check_grid(args.workload, grid, args.overrides)
-    count = len(points(grid))
+    count = point_count(grid)
     workers = args.workers or os.cpu_count() or 1
     if count > CONFIRM_ABOVE_POINTS and not args.yes:
         seconds, instructions = estimate_seconds(args.workload, grid, args.overrides, workers)
@@ -345,10 +345,11 @@ def _sweep(args) -> int:
                      progress=sys.stderr.isatty(), scheduler=args.scheduler,
                      max_cycles=args.max_cycles, on_row=saved.add)
     except KeyboardInterrupt:
-        saved.close()
         print(f"interrupted: the {saved.written:,} of {count:,} points that finished are in "
               f"{csv_out.path}", file=sys.stderr)
         return 130
+    finally:
+        saved.close()
     saved.finish(rows)
     width = max(12, *(len(f) + 2 for f in fields))
     print("".join(f"{f:>{width}}" for f in fields) + f"{'time µs':>12}{'TFLOPS':>9}"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -26,7 +27,7 @@ from .sweep import METRICS
 from .version import FORMAT_PREFIX, NAME, format_mark
 
 SUFFIXES = {"json": (".json",), "png": (".png",), "csv": (".csv",), "yaml": (".yaml", ".yml")}
-SNIFF_BYTES = 1 << 20        # how much of an existing file is read to recognise it
+SNIFF_BYTES = 1 << 16        # how much of an existing file is read to recognise it
 CSV_MARK = ",".join(("error", *METRICS))
 
 
@@ -76,8 +77,7 @@ def check_output(out: Output, force: bool) -> None:
     _check_writable_folder(out, parent)
 
 
-def check_plot_folder(option: str, folder: Path, names: tuple[str, ...],
-                      force: bool) -> list[Output]:
+def check_plot_folder(option: str, folder: Path, names: tuple[str, ...], force: bool) -> None:
     """`run --plot DIR`: the folder may exist or be created in an existing parent; each PNG
     it would hold is checked as an output of its own."""
     if folder.exists() and not folder.is_dir():
@@ -91,7 +91,6 @@ def check_plot_folder(option: str, folder: Path, names: tuple[str, ...],
             check_output(out, force)
     else:
         _check_writable_folder(outputs[0], folder.resolve().parent)
-    return outputs
 
 
 def _check_writable_folder(out: Output, folder: Path) -> None:
@@ -106,10 +105,11 @@ def _check_writable_folder(out: Output, folder: Path) -> None:
 
 
 def is_ours(path: Path, kind: str) -> bool:
-    """Whether an existing file carries our mark (see the module docstring)."""
+    """Whether an existing file carries our mark (see the module docstring); only its start
+    is read, however large it is."""
     try:
         with open(path, "rb") as handle:
-            head = handle.read(SNIFF_BYTES + 1)
+            head = handle.read(SNIFF_BYTES)
     except OSError:
         return False
     if kind == "png":
@@ -118,18 +118,14 @@ def is_ours(path: Path, kind: str) -> bool:
         header = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip()
         return f",{CSV_MARK}," in f",{header},"
     if kind == "json":
-        if len(head) > SNIFF_BYTES:
-            return False            # larger than anything we would recognise by reading it all
-        try:
-            data = json.loads(head.decode("utf-8"))
-        except (UnicodeDecodeError, ValueError, RecursionError):
-            return False
-        if not isinstance(data, dict):
-            return False
-        marks = (data.get("format"), (data.get("otherData") or {}).get("format")
-                 if isinstance(data.get("otherData"), dict) else None)
-        return any(isinstance(m, str) and m.startswith(FORMAT_PREFIX) for m in marks)
+        return _JSON_MARK.match(head) is not None
     return False
+
+
+# Our JSON files open with their mark: {"format": "npu-memsim/...", ...}, or for a Chrome
+# trace, whose own keys come first in its format, {"otherData": {"format": "npu-memsim/...
+_JSON_MARK = re.compile(rb'\s*\{\s*(?:"otherData"\s*:\s*\{\s*)?"format"\s*:\s*"'
+                        + re.escape(FORMAT_PREFIX.encode()))
 
 
 def _png_software(head: bytes) -> str | None:

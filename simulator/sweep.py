@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import itertools
+import math
 import os
 import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -37,7 +38,8 @@ CONFIRM_ABOVE_POINTS = 100
 # Rough wall time of one simulated instruction on one core (benchmarks/engine_speed.py
 # measures 2.7-3.6 µs); used only to tell the user how long a large grid will take.
 SECONDS_PER_INSTRUCTION = 4e-6
-MAX_GRID_VALUES = 10_000
+MAX_GRID_VALUES = 1_000        # values of one field
+MAX_POINTS = 100_000           # points of one sweep, --yes or not
 
 
 def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
@@ -76,7 +78,14 @@ def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
         grid[field] = parsed
     if not grid:
         raise SimulatorError("a sweep needs at least one --grid FIELD=V1,V2,...")
+    if point_count(grid) > MAX_POINTS:
+        raise SimulatorError(f"the grid has {point_count(grid):,} points, more than the "
+                             f"{MAX_POINTS:,} one sweep may have")
     return grid
+
+
+def point_count(grid: dict[str, list[Any]]) -> int:
+    return math.prod(len(values) for values in grid.values())
 
 
 def check_grid(path: str, grid: dict[str, list[Any]], overrides: Iterable[str] = ()) -> None:
@@ -117,7 +126,7 @@ def estimate_seconds(path: str, grid: dict[str, list[Any]], overrides: Iterable[
         instructions = lower_workload(load_workload(path, [*overrides, *first])).instruction_count
     except SimulatorError:
         return 0.0, 0
-    count = len(points(grid))
+    count = point_count(grid)
     return count * instructions * SECONDS_PER_INSTRUCTION / max(1, min(workers, count)), \
         instructions
 
@@ -271,6 +280,7 @@ class CsvRows:
         self.handle.close()
 
     def finish(self, rows: list[dict[str, Any]]) -> None:
+        """Once every point is in: the same rows, in grid order."""
         self.close()
         write_csv(rows, self.path)
 

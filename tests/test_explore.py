@@ -191,3 +191,47 @@ def test_gpu_calibration_exits_cleanly_without_cuda():
                             cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "calibrate_gpu" in result.stdout or "median absolute error" in result.stdout
+
+
+def test_an_interrupted_sweep_keeps_the_points_that_finished(tmp_path, monkeypatch, capsys):
+    """Rows reach the CSV as points finish, after the header; Ctrl-C keeps them."""
+    import importlib
+
+    from simulator.cli import main
+
+    from .test_hostile import BASE
+
+    workload = tmp_path / "w.yaml"
+    workload.write_text(BASE)
+    out = tmp_path / "s.csv"
+    sweeps = importlib.import_module("simulator.sweep")    # the package's `sweep` is the function
+    run_point = sweeps.run_point
+    calls = []
+
+    def interrupted_at_the_third(job):
+        calls.append(job)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return run_point(job)
+
+    monkeypatch.setattr(sweeps, "run_point", interrupted_at_the_third)
+    code = main(["sweep", str(workload), "--grid", "params.m=16,32,48,64", "--workers", "1",
+                 "--csv", str(out)])
+    assert code == 130
+    assert "the 2 of 4 points that finished are in" in capsys.readouterr().err
+    rows = list(csv.DictReader(out.open()))
+    assert [r["params.m"] for r in rows] == ["16", "32"] and all(r["time_us"] for r in rows)
+
+
+def test_a_finished_sweep_csv_is_in_grid_order(tmp_path):
+    from .test_hostile import BASE
+
+    workload = tmp_path / "w.yaml"
+    workload.write_text(BASE)
+    out = tmp_path / "s.csv"
+    result = run_cli("sweep", str(workload), "--grid", "params.m=64,16,48,32", "--grid",
+                     "params.n=32,16", "--workers", "2", "--csv", str(out))
+    assert result.returncode == 0, result.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["params.m"], r["params.n"]) for r in rows] == [
+        (m, n) for m in ("64", "16", "48", "32") for n in ("32", "16")]

@@ -270,8 +270,11 @@ SWEEP_CASES = [
     case("grid-deep-value", ["sweep", "w.yaml", "--grid", "params.m=" + nested(3000)],
          "refused: nested deeper than 32 levels"),
     case("grid-too-many-values", ["sweep", "w.yaml", "--grid",
-                                  "params.m=" + ",".join(map(str, range(1, 10_002)))],
-         "more than the 10,000"),
+                                  "params.m=" + ",".join(map(str, range(1, 1_002)))],
+         "more than the 1,000"),
+    case("grid-too-many-points", ["sweep", "w.yaml", "--yes", *(a for f in "mnk" for a in (
+        "--grid", f"params.{f}=" + ",".join(map(str, range(16, 16 * 60, 16)))))],
+         "205,379 points, more than the 100,000"),
     case("grid-large-needs-yes", ["sweep", "w.yaml", "--grid",
                                   "params.m=" + ",".join(map(str, range(1, 102)))],
          "the grid has 101 points"),

@@ -118,3 +118,19 @@ def test_no_file_changes_without_force(tmp_path_factory, ours, command):
         assert name != "w.yaml", args
         assert Path(name) in targets or Path(name).parent in targets, (name, args)
         assert force or name not in mine, (name, args)
+
+
+def test_our_marks_are_read_from_the_start_of_a_file_however_large(tmp_path):
+    from simulator.outputs import is_ours
+
+    trace = tmp_path / "t.json"
+    trace.write_text('{"otherData": {"format": "npu-memsim/trace"}, "traceEvents": ['
+                     + "{}," * 2_000_000 + "{}]}")
+    assert is_ours(trace, "json")
+    report = tmp_path / "r.json"
+    report.write_text('{\n  "format": "npu-memsim/report",\n  "workload": "x"\n}\n')
+    assert is_ours(report, "json")
+    for text in ('{"format": "mine"}', '{"workload": 1, "format": "npu-memsim/report"}',
+                 '["npu-memsim/report"]', "", "\xff"):
+        (tmp_path / "u.json").write_text(text)
+        assert not is_ours(tmp_path / "u.json", "json"), text

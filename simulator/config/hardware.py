@@ -149,9 +149,8 @@ def load_hardware(name_or_path: str, overrides: list[tuple[str, Any]] = (),
     where, field = (named_in, "hardware: ") if named_in else (str(name_or_path), "")
     if where.startswith(OVERRIDE_MARK):
         field = ""
-    is_preset = path.parent == PRESET_DIR and _PRESET_NAME.fullmatch(name_or_path)
-    if not is_preset and Path(name_or_path).suffix not in (".yaml", ".yml") or \
-            is_preset and not path.is_file():
+    names_a_file = Path(name_or_path).suffix in (".yaml", ".yml")
+    if not names_a_file and not (_PRESET_NAME.fullmatch(name_or_path) and path.is_file()):
         raise ConfigError(where, [f"{field}no hardware preset named {quote(name_or_path)} "
                                   f"(presets: {', '.join(preset_names())}; a hardware file's "
                                   "path ends in .yaml)"])

@@ -34,6 +34,13 @@ MAX_VALUES = 100_000                # scalars, lists and mappings, each alias ex
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
 
+class YamlLimitError(yaml.MarkedYAMLError):
+    """An input beyond one of the limits above (not malformed: refused)."""
+
+    def __init__(self, problem: str, mark):
+        super().__init__(problem=problem, problem_mark=mark)
+
+
 class _StrictLoader(yaml.SafeLoader):
     """SafeLoader that refuses duplicate keys instead of keeping the last one, and nesting
     deeper than MAX_NESTING while it composes (before the stack can overflow)."""
@@ -45,17 +52,10 @@ class _StrictLoader(yaml.SafeLoader):
         try:
             if self.depth > MAX_NESTING:
                 raise YamlLimitError(f"nested deeper than {MAX_NESTING} levels",
-                                  self.peek_event().start_mark)
+                                     self.peek_event().start_mark)
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
-
-
-class YamlLimitError(yaml.MarkedYAMLError):
-    """An input beyond one of the limits above (not malformed: refused)."""
-
-    def __init__(self, problem: str, mark):
-        super().__init__(problem=problem, problem_mark=mark)
 
 
 def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool = False):
@@ -88,7 +88,7 @@ def _measure(node: yaml.Node, depth: int, memo: dict, active: set) -> tuple[int,
         values, height = memo[id(node)]
         if depth + height > MAX_NESTING:
             raise YamlLimitError(f"aliases nest it deeper than {MAX_NESTING} levels",
-                              node.start_mark)
+                                 node.start_mark)
         return values, height
     if id(node) in active:
         raise YamlLimitError("an alias refers to the anchor it is inside of", node.start_mark)
@@ -107,7 +107,7 @@ def _measure(node: yaml.Node, depth: int, memo: dict, active: set) -> tuple[int,
         height = max(height, child_height + 1)
         if values > MAX_VALUES:
             raise YamlLimitError(f"expands to more than {MAX_VALUES:,} values (aliases "
-                              "included)", node.start_mark)
+                                 "included)", node.start_mark)
     active.discard(id(node))
     memo[id(node)] = (values, height)
     return values, height

@@ -78,8 +78,8 @@ def _spread(bins: dict[int, float], start: int, end: int, nbytes: int) -> None:
 
 
 def write_chrome_trace(report, path: str | Path) -> None:
-    trace = {"traceEvents": chrome_trace_events(report), "displayTimeUnit": "ns",
-             "otherData": {"format": format_mark("trace"), "workload": report.data["workload"],
+    trace = {"otherData": {"format": format_mark("trace"), "workload": report.data["workload"],
                            "hardware": report.data["hardware"],
-                           "time_unit": "microseconds of simulated time"}}
+                           "time_unit": "microseconds of simulated time"},
+             "traceEvents": chrome_trace_events(report), "displayTimeUnit": "ns"}
     Path(path).write_text(json.dumps(trace, separators=(",", ":")), encoding="utf-8")
