@@ -67,12 +67,9 @@ def lower(workload: Workload, plan: Plan) -> Program:
     if problems:
         lines = [line for problem in problems for line in problem.splitlines()]
         raise TilingError("\n".join(f"{workload.source}: {line}" for line in lines))
-    tensors = workload.tensors
-    geometry = {t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in tensors.values()}
-    produced = {op.output for kernel in plan.kernels for op in kernel.ops}
-    consumed = {name for kernel in plan.kernels for op in kernel.ops for name in op.inputs}
-    written = {kernel.output for kernel in plan.kernels}
-    compulsory = sum(tensors[name].nbytes for name in (consumed - produced) | written)
+    geometry = {t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in workload.tensors.values()}
+    # compulsory traffic: every input read once, every kernel's result written once
+    compulsory = sum(nbytes for role, nbytes in roles.values() if role != "on_chip")
     return Program(lowered, geometry, compulsory, roles)
 
 
