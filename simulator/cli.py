@@ -13,7 +13,14 @@ import sys
 from pathlib import Path
 
 from .errors import SimulatorError, quote
-from .outputs import Output, check_outputs, check_plot_folder, write_atomically, write_json
+from .outputs import (
+    Output,
+    check_outputs,
+    check_plot_folder,
+    real_path,
+    write_atomically,
+    write_json,
+)
 from .version import NAME, __version__
 
 
@@ -443,9 +450,9 @@ def _write_tuned(args, results, out: Output) -> None:
     raw = apply_overrides(read_yaml(args.workload), pairs, args.workload)
     hardware = Path(str(raw["hardware"]))
     if hardware.suffix in (".yaml", ".yml") and not hardware.is_absolute():
-        target = (Path(args.workload).resolve().parent / hardware).resolve()
+        target = real_path(real_path(args.workload).parent / hardware)
         try:
-            raw["hardware"] = os.path.relpath(target, out.path.resolve().parent)
+            raw["hardware"] = os.path.relpath(target, real_path(out.path).parent)
         except ValueError:                  # another drive: only an absolute path leads there
             raw["hardware"] = str(target)
     schedule = raw.setdefault("schedule", {})

@@ -46,9 +46,9 @@ def check_outputs(outputs: list[Output], force: bool, inputs: tuple[str, ...] = 
     """Refuse, before any work, every output that could not be written or would overwrite a
     file that is not ours (unless `force`)."""
     seen: dict[Path, Output] = {}
-    sources = {Path(p).resolve() for p in inputs}
+    sources = {real_path(p) for p in inputs}
     for out in outputs:
-        where = out.path.resolve()
+        where = real_path(out.path)
         if where in seen:
             raise out.fail(f"is also the file of {seen[where].option}; give each its own name")
         seen[where] = out
@@ -63,6 +63,8 @@ def check_output(out: Output, force: bool) -> None:
         raise out.fail(f"the file name must end in {' or '.join(suffixes)}")
     if out.path.is_dir():
         raise out.fail("is a folder; give a file name")
+    if os.path.islink(out.path) and not out.path.exists():
+        raise out.fail("is a link that leads nowhere; remove it or give another name")
     parent = out.path.parent
     if not parent.exists():
         raise out.fail(f"the folder {str(parent)!r} does not exist")
@@ -82,7 +84,7 @@ def check_plot_folder(option: str, folder: Path, names: tuple[str, ...], force: 
     it would hold is checked as an output of its own."""
     if folder.exists() and not folder.is_dir():
         raise SimulatorError(f"{option} {folder}: is a file, not a folder")
-    if not folder.exists() and not folder.resolve().parent.is_dir():
+    if not folder.exists() and not real_path(folder).parent.is_dir():
         raise SimulatorError(f"{option} {folder}: the folder {str(folder.parent)!r} does not "
                              "exist")
     outputs = [Output(option, folder / name, "png") for name in names]
@@ -90,7 +92,13 @@ def check_plot_folder(option: str, folder: Path, names: tuple[str, ...], force: 
         for out in outputs:
             check_output(out, force)
     else:
-        _check_writable_folder(outputs[0], folder.resolve().parent)
+        _check_writable_folder(outputs[0], real_path(folder).parent)
+
+
+def real_path(path: str | Path) -> Path:
+    """The path with links followed; unlike Path.resolve() it never raises (a link loop is
+    left as it is, for the check or the read that follows to refuse)."""
+    return Path(os.path.realpath(path))
 
 
 def _check_writable_folder(out: Output, folder: Path) -> None:

@@ -194,7 +194,7 @@ def sweep(path: str, grid: dict[str, list[Any]] | Iterable[str], overrides: Iter
     (so a caller can save rows before the whole grid is done)."""
     if not isinstance(grid, dict):
         grid = parse_grid(grid)
-    jobs = [(str(Path(path).resolve()), list(overrides), point, max_cycles)
+    jobs = [(os.path.realpath(path), list(overrides), point, max_cycles)
             for point in points(grid)]
     workers = workers or os.cpu_count() or 1
     bar = _progress(len(jobs), str(path)) if progress else None
@@ -259,25 +259,28 @@ def _progress(total: int, label: str):
 
 class CsvRows:
     """A sweep's CSV, written as points finish: the header first, then each row as it comes,
-    flushed, so an interrupted sweep keeps every finished point. `finish()` rewrites the
-    whole file in grid order once every point is in."""
+    flushed, so an interrupted sweep keeps every finished point. The file is opened when the
+    first point finishes (a sweep that fails to start leaves any earlier file as it was), and
+    `finish()` rewrites it in grid order once every point is in."""
 
     def __init__(self, path: Path, fields: list[str]):
         self.path = path
         self.columns = columns(fields)
-        self.handle = open(path, "w", newline="", encoding="utf-8")  # noqa: SIM115 - kept open
-        self.writer = csv.DictWriter(self.handle, fieldnames=self.columns)
-        self.writer.writeheader()
-        self.handle.flush()
+        self.handle = None
         self.written = 0
 
     def add(self, index: int, row: dict[str, Any]) -> None:
+        if self.handle is None:
+            self.handle = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115
+            self.writer = csv.DictWriter(self.handle, fieldnames=self.columns)
+            self.writer.writeheader()
         self.writer.writerow(_cells(row))
         self.handle.flush()
         self.written += 1
 
     def close(self) -> None:
-        self.handle.close()
+        if self.handle is not None:
+            self.handle.close()
 
     def finish(self, rows: list[dict[str, Any]]) -> None:
         """Once every point is in: the same rows, in grid order."""

@@ -19,7 +19,7 @@ from simulator.cli import main
 
 from .test_hostile import BASE, HW, edit
 
-FIFO, DIR = object(), object()          # file markers: a named pipe, a folder
+FIFO, DIR, LOOP = object(), object(), object()  # file markers: a pipe, a folder, a link loop
 MAX_LINE_CHARS = 400
 
 
@@ -77,6 +77,8 @@ YAML_CASES = [
     case("file-too-large", ["run", "w.yaml"], "larger than the 1.0 MiB",
          {"w.yaml": BASE + "# " + "x" * (1 << 20) + "\n"}),
     case("fifo", ["run", "pipe.yaml"], "not a regular file", {"pipe.yaml": FIFO}),
+    case("link-loop", ["run", "loop.yaml"], "Too many levels of symbolic links",
+         {"loop.yaml": LOOP}),
     case("dev-zero", ["run", "/dev/zero"], "not a regular file"),
     case("dev-stdin", ["run", "/dev/stdin"], "not a regular file"),
     case("folder-named-yaml", ["run", "d.yaml"], "is a directory", {"d.yaml": DIR}),
@@ -319,6 +321,8 @@ OUTPUT_CASES = [
          "was not written by this simulator", {"r.json": nested(100_000)}),
     case("json-into-read-only-place", ["run", "w.yaml", "--json", "/proc/r.json"],
          "cannot write in '/proc'"),
+    case("json-is-a-link-loop", ["run", "w.yaml", "--json", "loop.json"],
+         "is a link that leads nowhere", {"loop.json": LOOP}),
     case("trace-wrong-extension", ["run", "w.yaml", "--trace", "t.trace"], "must end in .json"),
     case("trace-and-json-same-file", ["run", "w.yaml", "--json", "r.json", "--trace",
                                       "r.json"], "is also the file of --json"),
@@ -377,6 +381,8 @@ def make_files(folder: Path, files: dict) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         if content is FIFO:
             os.mkfifo(path)
+        elif content is LOOP:
+            path.symlink_to(path.name)
         elif content is DIR:
             path.mkdir()
         elif isinstance(content, bytes):
@@ -389,7 +395,9 @@ def snapshot(folder: Path) -> dict:
     """Every regular file under `folder` with its bytes (FIFOs and folders by kind only)."""
     state = {}
     for path in sorted(folder.rglob("*")):
-        if path.is_fifo():
+        if path.is_symlink():
+            state[path] = f"link to {os.readlink(path)}"
+        elif path.is_fifo():
             state[path] = "fifo"
         elif path.is_file():
             state[path] = path.read_bytes()
