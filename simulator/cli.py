@@ -12,8 +12,9 @@ import os
 import sys
 from pathlib import Path
 
-from .errors import SimulatorError, quote
+from .errors import OVERRIDE_MARK, SimulatorError, quote
 from .outputs import (
+    CsvRows,
     Output,
     check_outputs,
     check_plot_folder,
@@ -213,7 +214,8 @@ def _run(args) -> int:
         write_atomically(outputs["trace"], report.write_chrome_trace)
         notes.append(f"Chrome trace written to {args.trace} (open it in https://ui.perfetto.dev)")
     if args.plot:
-        paths = write_plots(report, args.plot)
+        paths = write_plots(report, args.plot, lambda path, draw: write_atomically(
+            Output("--plot", path, "png"), draw))
         notes.append("plots written: " + ", ".join(str(p) for p in paths))
     for note in notes:
         print(("\n" if note is notes[0] else "") + note, file=sys.stderr if args.json == "-"
@@ -309,7 +311,6 @@ def _sweep(args) -> int:
         CONFIRM_ABOVE_POINTS,
         METRICS,
         PLOTTABLE,
-        CsvRows,
         check_grid,
         estimate_seconds,
         parse_grid,
@@ -346,7 +347,7 @@ def _sweep(args) -> int:
                     f"first point's {instructions:,} instructions)" if instructions else "")
         raise SimulatorError(f"the grid has {count:,} points{estimate}; pass --yes to run "
                              "them all, or sweep fewer values")
-    saved = CsvRows(csv_out.path, fields)
+    saved = CsvRows(csv_out, fields)
     try:
         rows = sweep(args.workload, grid, args.overrides, workers=workers,
                      progress=sys.stderr.isatty(), scheduler=args.scheduler,
@@ -396,13 +397,20 @@ def _tune(args) -> int:
     from tqdm import tqdm
 
     from . import load_workload
+    from .config.strict import HARDWARE_PREFIX
     from .pipeline import plan
     from .schedule.search import tune
     from .viz.table import describe_tiling
 
     out = Output("--write", Path(args.write), "yaml") if args.write else None
-    check_outputs([out] if out else [], args.force, (args.workload,))
+    changed = [o for o in args.overrides if o.strip().startswith(HARDWARE_PREFIX)]
+    if out and changed:
+        raise SimulatorError(f"--write cannot keep {OVERRIDE_MARK}{quote(changed[0])}: a "
+                             "workload names its hardware, it does not change it; write a "
+                             "hardware file with that value and name it in the workload's "
+                             "hardware field (a path ending in .yaml)")
     workload = load_workload(args.workload, args.overrides)
+    check_outputs([out] if out else [], args.force, (args.workload, workload.hardware.source))
     started = time.perf_counter()
     matmuls = sum(1 for k in plan(workload).kernels if k.gemms)
     bar = tqdm(total=matmuls, desc=f"tune {args.workload}", unit="kernel", leave=False) \
@@ -444,9 +452,9 @@ def _write_tuned(args, results, out: Output) -> None:
 
     import yaml
 
-    from .config.strict import HARDWARE_PREFIX, apply_overrides, parse_override, read_yaml
+    from .config.strict import apply_overrides, parse_override, read_yaml
 
-    pairs = [parse_override(o) for o in args.overrides if not o.startswith(HARDWARE_PREFIX)]
+    pairs = [parse_override(o) for o in args.overrides]
     raw = apply_overrides(read_yaml(args.workload), pairs, args.workload)
     hardware = Path(str(raw["hardware"]))
     if hardware.suffix in (".yaml", ".yml") and not hardware.is_absolute():
@@ -455,9 +463,8 @@ def _write_tuned(args, results, out: Output) -> None:
             raw["hardware"] = os.path.relpath(target, real_path(out.path).parent)
         except ValueError:                  # another drive: only an absolute path leads there
             raw["hardware"] = str(target)
-    schedule = raw.setdefault("schedule", {})
-    tiling = schedule.setdefault("tiling", {}) or {}
-    schedule["tiling"] = tiling
+    schedule = raw["schedule"] = raw.get("schedule") or {}
+    tiling = schedule["tiling"] = schedule.get("tiling") or {}
     for r in results:
         tiling[r.tiling_op] = r.best.to_dict()
     command = " ".join(shlex.quote(part) for part in

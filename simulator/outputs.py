@@ -8,14 +8,20 @@ mark a user's file cannot carry by accident (a JSON "format" of
 "npu-memsim/...", a PNG "Software" chunk naming us, a sweep CSV header with
 our exact run of metric columns), or when the user passes --force. Files are
 written to a temporary name and renamed, so a failed write never leaves a
-half-written file where a good one was.
+half-written file where a good one was, and an output that is a link is
+replaced by the file: nothing is ever written through a link into the file it
+leads to. New files get the usual permissions (the umask's); a replaced file
+keeps its own.
 """
 
 from __future__ import annotations
 
+import csv
+import errno
 import json
 import os
 import re
+import stat
 import struct
 import tempfile
 from dataclasses import dataclass
@@ -23,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import SimulatorError
-from .sweep import METRICS
+from .sweep import METRICS, columns
 from .version import FORMAT_PREFIX, NAME, format_mark
 
 SUFFIXES = {"json": (".json",), "png": (".png",), "csv": (".csv",), "yaml": (".yaml", ".yml")}
@@ -61,38 +67,56 @@ def check_output(out: Output, force: bool) -> None:
     suffixes = SUFFIXES[out.kind]
     if out.path.suffix.lower() not in suffixes:
         raise out.fail(f"the file name must end in {' or '.join(suffixes)}")
-    if out.path.is_dir():
+    info = _status(out, out.path)
+    if info is not None and stat.S_ISDIR(info.st_mode):
         raise out.fail("is a folder; give a file name")
-    if os.path.islink(out.path) and not out.path.exists():
-        raise out.fail("is a link that leads nowhere; remove it or give another name")
     parent = out.path.parent
-    if not parent.exists():
-        raise out.fail(f"the folder {str(parent)!r} does not exist")
-    if not parent.is_dir():
-        raise out.fail(f"{str(parent)!r} is not a folder")
-    if out.path.exists():
-        if not out.path.is_file():
+    if not os.path.isdir(parent):
+        there = "does not exist" if not os.path.lexists(parent) else "is not a folder"
+        raise out.fail(f"the folder {str(parent)!r} {there}")
+    if info is not None:
+        if not stat.S_ISREG(info.st_mode):
             raise out.fail("exists and is not a regular file")
         if not force and not is_ours(out.path, out.kind):
             raise out.fail("the file exists and was not written by this simulator; choose "
                            "another name or pass --force to overwrite it")
+        if not info.st_mode & 0o222 or not os.access(out.path, os.W_OK):
+            raise out.fail("the file is read-only")
     _check_writable_folder(out, parent)
 
 
 def check_plot_folder(option: str, folder: Path, names: tuple[str, ...], force: bool) -> None:
     """`run --plot DIR`: the folder may exist or be created in an existing parent; each PNG
     it would hold is checked as an output of its own."""
-    if folder.exists() and not folder.is_dir():
-        raise SimulatorError(f"{option} {folder}: is a file, not a folder")
-    if not folder.exists() and not real_path(folder).parent.is_dir():
-        raise SimulatorError(f"{option} {folder}: the folder {str(folder.parent)!r} does not "
-                             "exist")
     outputs = [Output(option, folder / name, "png") for name in names]
-    if folder.is_dir():
-        for out in outputs:
-            check_output(out, force)
-    else:
-        _check_writable_folder(outputs[0], real_path(folder).parent)
+    info = _status(Output(option, folder, "png"), folder)
+    if info is None:
+        if not os.path.isdir(folder.parent):
+            raise SimulatorError(f"{option} {folder}: the folder {str(folder.parent)!r} does "
+                                 "not exist")
+        _check_writable_folder(outputs[0], folder.parent)
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        raise SimulatorError(f"{option} {folder}: is a file, not a folder")
+    for out in outputs:
+        check_output(out, force)
+
+
+def _status(out: Output, path: Path) -> os.stat_result | None:
+    """What is at `path` (links followed), or None when nothing is; a link that leads
+    nowhere, a name too long or a place that cannot be looked at is the output's error."""
+    try:
+        return os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise out.fail("is a link that leads nowhere; remove it or give another "
+                           "name") from None
+        return None
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise out.fail("is a link in a loop of links; remove it or give another "
+                           "name") from None
+        raise out.fail(f"cannot be used: {exc.strerror or exc}") from None
 
 
 def real_path(path: str | Path) -> Path:
@@ -108,8 +132,6 @@ def _check_writable_folder(out: Output, folder: Path) -> None:
             pass
     except OSError as exc:
         raise out.fail(f"cannot write in {str(folder)!r}: {exc.strerror or exc}") from None
-    if out.path.exists() and not os.access(out.path, os.W_OK):
-        raise out.fail("the file is read-only")
 
 
 def is_ours(path: Path, kind: str) -> bool:
@@ -153,12 +175,11 @@ def _png_software(head: bytes) -> str | None:
 
 
 def write_atomically(out: Output, write: Callable[[Path], Any]) -> None:
-    """Write through a temporary file in the same folder, then rename it into place."""
-    handle, temporary = tempfile.mkstemp(dir=out.path.parent, prefix=f".{out.path.name}.",
-                                         suffix=out.path.suffix)
-    os.close(handle)
+    """Write through a temporary file in the same folder, then rename it into place (over a
+    link, not through it)."""
+    temporary = _temporary(out)
     try:
-        write(Path(temporary))
+        write(temporary)
         os.replace(temporary, out.path)
     except OSError as exc:
         raise out.fail(f"cannot be written: {exc.strerror or exc}") from None
@@ -167,7 +188,71 @@ def write_atomically(out: Output, write: Callable[[Path], Any]) -> None:
             os.unlink(temporary)
 
 
+def _temporary(out: Output) -> Path:
+    """A new, empty file beside the output, with the permissions the output will have."""
+    handle, temporary = tempfile.mkstemp(dir=out.path.parent, prefix=f".{out.path.name}.",
+                                         suffix=out.path.suffix)
+    os.close(handle)
+    try:
+        mode = stat.S_IMODE(os.stat(out.path).st_mode)
+    except OSError:
+        mode = 0o666 & ~_umask()
+    os.chmod(temporary, mode)
+    return Path(temporary)
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def write_json(out: Output, kind: str, data: dict) -> None:
     """A JSON output with our mark first."""
     text = json.dumps({"format": format_mark(kind), **data}, indent=2) + "\n"
     write_atomically(out, lambda path: path.write_text(text, encoding="utf-8"))
+
+
+class CsvRows:
+    """A sweep's CSV, written as points finish: the header first, then each row as it comes,
+    flushed, so an interrupted sweep keeps every finished point. The file takes the place of
+    the old one when the first point finishes (a sweep that fails to start leaves any
+    earlier file as it was), and `finish()` rewrites it in grid order once every point is
+    in."""
+
+    def __init__(self, out: Output, fields: list[str]):
+        self.out = out
+        self.columns = columns(fields)
+        self.handle = None
+        self.written = 0
+
+    def add(self, index: int, row: dict[str, Any]) -> None:
+        if self.handle is None:
+            temporary = _temporary(self.out)
+            self.handle = open(temporary, "w", newline="", encoding="utf-8")  # noqa: SIM115
+            self.writer = csv.DictWriter(self.handle, fieldnames=self.columns)
+            self.writer.writeheader()
+            os.replace(temporary, self.out.path)
+        self.writer.writerow(_cells(row))
+        self.handle.flush()
+        self.written += 1
+
+    def close(self) -> None:
+        if self.handle is not None:
+            self.handle.close()
+
+    def finish(self, rows: list[dict[str, Any]]) -> None:
+        """Once every point is in: the same rows, in grid order."""
+        self.close()
+
+        def write(path: Path) -> None:
+            with open(path, "w", newline="", encoding="utf-8") as handle:
+                writer = csv.DictWriter(handle, fieldnames=self.columns)
+                writer.writeheader()
+                writer.writerows(_cells(row) for row in rows)
+
+        write_atomically(self.out, write)
+
+
+def _cells(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: "" if v is None else v for k, v in row.items()}

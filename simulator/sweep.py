@@ -9,13 +9,10 @@ its `error` set, not a crash.
 
 from __future__ import annotations
 
-import csv
 import itertools
 import math
 import os
-import tempfile
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from pathlib import Path
 from typing import Any, Callable, Iterable
 
 import yaml
@@ -255,54 +252,3 @@ def _on_dask(address: str, jobs: list, finished: Callable) -> None:
 def _progress(total: int, label: str):
     from tqdm import tqdm
     return tqdm(total=total, desc=f"sweep {label}", unit="point", leave=False)
-
-
-class CsvRows:
-    """A sweep's CSV, written as points finish: the header first, then each row as it comes,
-    flushed, so an interrupted sweep keeps every finished point. The file is opened when the
-    first point finishes (a sweep that fails to start leaves any earlier file as it was), and
-    `finish()` rewrites it in grid order once every point is in."""
-
-    def __init__(self, path: Path, fields: list[str]):
-        self.path = path
-        self.columns = columns(fields)
-        self.handle = None
-        self.written = 0
-
-    def add(self, index: int, row: dict[str, Any]) -> None:
-        if self.handle is None:
-            self.handle = open(self.path, "w", newline="", encoding="utf-8")  # noqa: SIM115
-            self.writer = csv.DictWriter(self.handle, fieldnames=self.columns)
-            self.writer.writeheader()
-        self.writer.writerow(_cells(row))
-        self.handle.flush()
-        self.written += 1
-
-    def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
-
-    def finish(self, rows: list[dict[str, Any]]) -> None:
-        """Once every point is in: the same rows, in grid order."""
-        self.close()
-        write_csv(rows, self.path)
-
-
-def write_csv(rows: list[dict[str, Any]], path) -> None:
-    """The rows, in the order given, through a temporary file renamed into place."""
-    path = Path(path)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".csv")
-    try:
-        with os.fdopen(handle, "w", newline="", encoding="utf-8") as out:
-            writer = csv.DictWriter(out, fieldnames=list(rows[0]))
-            writer.writeheader()
-            for row in rows:
-                writer.writerow(_cells(row))
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.unlink(temporary)
-
-
-def _cells(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: "" if v is None else v for k, v in row.items()}

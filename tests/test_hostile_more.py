@@ -322,7 +322,7 @@ OUTPUT_CASES = [
     case("json-into-read-only-place", ["run", "w.yaml", "--json", "/proc/r.json"],
          "cannot write in '/proc'"),
     case("json-is-a-link-loop", ["run", "w.yaml", "--json", "loop.json"],
-         "is a link that leads nowhere", {"loop.json": LOOP}),
+         "is a link in a loop of links", {"loop.json": LOOP}),
     case("trace-wrong-extension", ["run", "w.yaml", "--trace", "t.trace"], "must end in .json"),
     case("trace-and-json-same-file", ["run", "w.yaml", "--json", "r.json", "--trace",
                                       "r.json"], "is also the file of --json"),

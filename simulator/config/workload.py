@@ -8,12 +8,12 @@ is ever passed to `eval`. A division that is not exact is an error.
 from __future__ import annotations
 
 import ast
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
-from ..graph.ops import DTYPE_BYTES, OPS
+from ..graph.ops import CUBE_DTYPES, DTYPE_BYTES, OPS
 from .hardware import Hardware, load_hardware
 from .strict import (
     HARDWARE_PREFIX,
@@ -175,15 +175,16 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     broken = {str(name) for name in tensors_f.raw} - set(tensors)
     raw_ops = top.get("ops", _list_of_mappings)
     ops = _parse_ops(raw_ops, params, problems, broken)
-    op_names = {op.name for op in ops}
+    op_kinds = {op.name: op.op for op in ops}
     sched = top.sub("schedule", default={})
-    fusion = sched.get("fusion", lambda v: _fusion(v, op_names), default="none")
-    tiling = _parse_tiling(sched.sub("tiling", default={}), op_names, problems)
+    fusion = sched.get("fusion", lambda v: _fusion(v, set(op_kinds)), default="none")
+    tiling = _parse_tiling(sched.sub("tiling", default={}), op_kinds, problems)
     sched.finish()
     top.finish()
     # semantic checks: producers, cycles, shapes and dtypes through the ops registry
     from ..graph.dataflow import resolve
     tensors, ops = resolve(tensors, broken, ops, problems)
+    _check_cube_modes(ops, tensors, hardware, problems)
     problems.raise_if_any()
     params = {k: v for k, v in params.items() if v is not None}
     return Workload(name, source, hardware, params, dtype, tensors, tuple(ops), fusion, tiling,
@@ -270,14 +271,32 @@ def _name_list(value: Any) -> list[str]:
     return value
 
 
-def _parse_tiling(f: Fields, op_names: set[str], problems: Problems) -> dict[str, TilingSpec]:
+def _check_cube_modes(ops: tuple[Op, ...], tensors: dict[str, Tensor], hardware: Hardware,
+                      problems: Problems) -> None:
+    """A matmul needs a mode of this chip's Cube for its input dtype (the ops registry has
+    already refused dtypes no Cube multiplies)."""
+    modes = hardware.cube.fractal
+    for op in ops:
+        dtype = tensors[op.inputs[0]].dtype if op.inputs[0] in tensors else None
+        if OPS[op.op].unit == "cube" and dtype in CUBE_DTYPES and dtype not in modes:
+            problems.add(op.path, f"the Cube of {hardware.name} has no {dtype} mode (modes: "
+                         f"{', '.join(modes)}); give the tensors a dtype it has")
+
+
+def _parse_tiling(f: Fields, op_kinds: dict[str, str],
+                  problems: Problems) -> dict[str, TilingSpec]:
     result = {}
     for key in f.raw:
         f.used.add(key)
         path = join(f.path, key_text(key))
-        if key != "default" and key not in op_names:
-            problems.add(path, f"no op named {quote(key)} (ops: {', '.join(sorted(op_names))}, "
+        if key != "default" and key not in op_kinds:
+            problems.add(path, f"no op named {quote(key)} (ops: {', '.join(sorted(op_kinds))}, "
                          "or 'default')", unknown=True)
+            continue
+        unit = OPS[op_kinds[key]].unit if key != "default" else "cube"
+        if unit == "view":
+            problems.add(path, f"{key} is a {op_kinds[key]}, a view of its input in HBM: it "
+                         "runs no kernel, so it takes no tiling")
             continue
         if f.raw[key] == "auto":
             problems.add(path, "'auto' asks for the tiling search, which is not built yet; "
@@ -297,6 +316,12 @@ def _parse_tiling(f: Fields, op_names: set[str], problems: Problems) -> dict[str
             acc_buffers=t.get("acc_buffers", as_int(1, 2), None), path=path)
         for sub in (base, step, split, t):
             sub.finish()
+        given = [name.replace("_", ".") if name.startswith(("base", "step", "split")) else name
+                 for name in (spec_field.name for spec_field in fields(spec))
+                 if name not in ("buffers", "path") and getattr(spec, name) is not None]
+        if unit == "vector" and given:
+            problems.add(path, f"{key} is a {op_kinds[key]}, a vector op: its kernel's tiling "
+                         f"takes only buffers (given: {', '.join(given)})")
         result[str(key)] = spec
     f.finish()
     return result

@@ -5,6 +5,7 @@ saves it as PNG when given a path."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
@@ -259,14 +260,19 @@ def _order(value):
 PLOT_FILES = ("roofline.png", "timeline.png", "traffic.png", "utilization.png")
 
 
-def write_plots(report, directory) -> list[Path]:
-    """`run --plot DIR`: the roofline, timeline, traffic and utilization PNGs."""
+def write_plots(report, directory, save: Callable | None = None) -> list[Path]:
+    """`run --plot DIR`: the roofline, timeline, traffic and utilization PNGs.
+
+    `save(path, draw)` writes one file by calling `draw(some_path)` (the CLI writes each
+    through a temporary file); by default each is drawn straight to its path."""
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    paths = [directory / name for name in PLOT_FILES]
-    plot_roofline(report, paths[0])
     cores = sorted({r.core for r in report.trace.records})[:2] if report.trace else (0,)
-    plot_timeline(report, paths[1], cores=tuple(cores))
-    plot_traffic({report.data["workload"]: report}, paths[2])
-    plot_utilization(report, paths[3])
+    draws = (lambda path: plot_roofline(report, path),
+             lambda path: plot_timeline(report, path, cores=tuple(cores)),
+             lambda path: plot_traffic({report.data["workload"]: report}, path),
+             lambda path: plot_utilization(report, path))
+    paths = [directory / name for name in PLOT_FILES]
+    for path, draw in zip(paths, draws):
+        (save or (lambda path, draw: draw(path)))(path, draw)
     return paths
