@@ -7,12 +7,13 @@ traceback), 1 anything else.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import sys
 from pathlib import Path
 
-from .errors import OVERRIDE_MARK, SimulatorError, quote
+from .errors import OVERRIDE_MARK, SimulatorError, printable, quote
 from .outputs import (
     CsvRows,
     Output,
@@ -22,6 +23,7 @@ from .outputs import (
     write_atomically,
     write_json,
 )
+from .sweep import FIGURES, PLOTTABLE
 from .version import NAME, __version__
 
 
@@ -104,8 +106,8 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
     sweep.add_argument("--plot", metavar="FILE.png", help="line plot and roofline (one field) "
                        "or heatmap (two fields)")
-    sweep.add_argument("--metric", default="time_us", help="the figure to plot (a CSV column; "
-                       "default time_us)")
+    sweep.add_argument("--metric", default="time_us", help="the figure to plot, a column of "
+                       "the CSV (default time_us): " + ", ".join(PLOTTABLE))
     sweep.add_argument("--force", action="store_true",
                        help="overwrite output files that are not ours")
     sweep.add_argument("--yes", action="store_true", help="run a grid of more than "
@@ -118,7 +120,8 @@ class _Parser(argparse.ArgumentParser):
     """A command-line mistake is one line and exit 2, like every other mistake."""
 
     def error(self, message: str):
-        self.exit(2, f"error: {clip(message)} (see '{self.prog} --help')\n")
+        see = f" (see '{self.prog} --help')"
+        self.exit(2, f"error: {clip(printable(message), len('error: ') + len(see))}{see}\n")
 
 
 MAX_WORKERS = 256
@@ -144,9 +147,20 @@ def _workers(text: str) -> int:
     return value
 
 
+def _cycle_budget(text: str) -> int:
+    from .engine.world import MAX_RUN_CYCLES
+
+    value = _count(text)
+    if value > MAX_RUN_CYCLES:
+        raise argparse.ArgumentTypeError(f"{value:,} is more than the {MAX_RUN_CYCLES:,} "
+                                         "cycles the simulator can follow")
+    return value
+
+
 def _max_cycles(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-cycles", type=_count, metavar="N", help="stop a run that passes N "
-                        "simulated cycles (default: 1000 x the roofline bound + 10 million)")
+    parser.add_argument("--max-cycles", type=_cycle_budget, metavar="N", help="stop a run that "
+                        "passes N simulated cycles (default: 1000 x the roofline bound + 10 "
+                        "million)")
 
 
 def _overrides(parser: argparse.ArgumentParser, help_text: str) -> None:
@@ -162,9 +176,9 @@ def main(argv: list[str] | None = None) -> int:
                     "tune": _tune}
         return commands[args.command](args)
     except SimulatorError as exc:
-        lines = str(exc).splitlines() or [type(exc).__name__]
+        lines = str(exc).split("\n") if str(exc) else [type(exc).__name__]
         for line in lines[:MAX_ERROR_LINES]:
-            print(f"error: {clip(line)}", file=sys.stderr)
+            print(f"error: {clip(printable(line), len('error: '))}", file=sys.stderr)
         if len(lines) > MAX_ERROR_LINES:
             print(f"error: ... and {len(lines) - MAX_ERROR_LINES:,} more problems",
                   file=sys.stderr)
@@ -174,18 +188,40 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         # the reader of our output went away (`| head`): stop quietly, as Unix tools do
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - lets the interpreter exit cleanly
+        _discard_stdout()
         return 0
+    except OSError as exc:
+        # the system refused a write our checks could not foresee (a disk full since, or
+        # standard output sent to one): say so in one line, as for any other failure
+        _discard_stdout()
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"error: {clip(printable(where + str(exc.strerror or exc)), len('error: '))}",
+              file=sys.stderr)
+        return 1
+
+
+def _discard_stdout() -> None:
+    """Send what is left of standard output nowhere, so the interpreter exits without a
+    second error when it flushes it."""
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open until the exit
 
 
 MAX_ERROR_LINES = 20          # problems printed; the rest are counted
 MAX_ERROR_CHARS = 300         # one problem's line, whatever the user wrote
 
 
-def clip(line: str) -> str:
-    if len(line) <= MAX_ERROR_CHARS:
-        return line
-    return f"{line[:MAX_ERROR_CHARS]}... ({len(line) - MAX_ERROR_CHARS:,} more characters)"
+def clip(text: str, beside: int = 0) -> str:
+    """`text` cut in its middle (a long path or value) to fit an error line of
+    MAX_ERROR_CHARS with `beside` characters of its own, keeping the end, where the rule is."""
+    room = MAX_ERROR_CHARS - beside
+    if len(text) <= room:
+        return text
+    keep = room - len(f" [... {len(text):,} characters ...] ")
+    return (f"{text[:keep // 2]} [... {len(text) - keep:,} characters ...] "
+            f"{text[len(text) - (keep - keep // 2):]}")
 
 
 def _run(args) -> int:
@@ -309,8 +345,6 @@ def _sweep(args) -> int:
     from . import load_workload
     from .sweep import (
         CONFIRM_ABOVE_POINTS,
-        METRICS,
-        PLOTTABLE,
         check_grid,
         estimate_seconds,
         parse_grid,
@@ -320,9 +354,10 @@ def _sweep(args) -> int:
 
     grid = parse_grid(args.grid)
     fields = list(grid)
-    if args.metric not in METRICS:
-        raise SimulatorError(f"--metric {quote(args.metric)}: not a sweep figure (figures: "
-                             f"{', '.join(METRICS)})")
+    if args.metric not in FIGURES:
+        raise SimulatorError(f"--metric {quote(args.metric)}: not a figure of the sweep CSV "
+                             "(e.g. time_us, achieved_tflops, util_MTE2; 'sweep --help' lists "
+                             "them all)")
     if args.plot and len(fields) > 2:
         raise SimulatorError(f"--plot draws one grid field (the metric against it, and the "
                              f"roofline) or two (a heatmap); this grid has {len(fields)}: "

@@ -14,6 +14,15 @@ def quote(value: object) -> str:
     return f"{text[:QUOTE_CHARS]}... ({len(text):,} characters)"
 
 
+def printable(text: str) -> str:
+    """`text` with control and other invisible characters escaped ('\\n', '\\x1b'), so a name
+    a user wrote cannot split an error line or drive the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
+                   for c in text)
+
+
 class SimulatorError(Exception):
     """A mistake in the user's input: the CLI prints it on one line each and exits 2."""
 
@@ -29,8 +38,8 @@ class ConfigError(SimulatorError):
         self.source = source
         self.problems = list(problems)
         self.unknown_paths = tuple(unknown_paths)
-        super().__init__("\n".join(p if p.startswith(OVERRIDE_MARK) else f"{source}: {p}"
-                                   for p in self.problems))
+        super().__init__("\n".join(printable(p if p.startswith(OVERRIDE_MARK)
+                                             else f"{source}: {p}") for p in self.problems))
 
 
 OVERRIDE_MARK = "--set "

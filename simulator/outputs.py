@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from .errors import SimulatorError
+from .errors import SimulatorError, printable
 from .sweep import METRICS, columns
 from .version import FORMAT_PREFIX, NAME, format_mark
 
@@ -45,7 +45,7 @@ class Output:
     kind: str                 # json | png | csv | yaml (a kind whose files are never ours)
 
     def fail(self, problem: str) -> SimulatorError:
-        return SimulatorError(f"{self.option} {self.path}: {problem}")
+        return SimulatorError(printable(f"{self.option} {self.path}: {problem}"))
 
 
 def check_outputs(outputs: list[Output], force: bool, inputs: tuple[str, ...] = ()) -> None:
@@ -92,12 +92,12 @@ def check_plot_folder(option: str, folder: Path, names: tuple[str, ...], force: 
     info = _status(Output(option, folder, "png"), folder)
     if info is None:
         if not os.path.isdir(folder.parent):
-            raise SimulatorError(f"{option} {folder}: the folder {str(folder.parent)!r} does "
-                                 "not exist")
+            raise SimulatorError(printable(f"{option} {folder}: the folder "
+                                           f"{str(folder.parent)!r} does not exist"))
         _check_writable_folder(outputs[0], folder.parent)
         return
     if not stat.S_ISDIR(info.st_mode):
-        raise SimulatorError(f"{option} {folder}: is a file, not a folder")
+        raise SimulatorError(printable(f"{option} {folder}: is a file, not a folder"))
     for out in outputs:
         check_output(out, force)
 

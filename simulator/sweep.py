@@ -27,7 +27,8 @@ METRICS = ("time_us", "cycles", "bound", "flops", "achieved_tflops", "peak_tflop
            "roofline_bound_us", "compute_bound_us", "memory_bound_us", "arithmetic_intensity",
            "hbm_read_bytes", "hbm_write_bytes", "l2_hit_bytes", "launch_overhead_us", "kernels",
            "instructions")
-PLOTTABLE = tuple(metric for metric in METRICS if metric != "bound")     # the numbers
+FIGURES = (*METRICS, *(f"util_{unit}" for unit in UTILIZATION_KEYS))   # a row after its point
+PLOTTABLE = tuple(figure for figure in FIGURES if figure != "bound")     # the numbers
 
 
 # Beyond this many points a sweep asks for --yes (the CLI) before it starts.
@@ -136,7 +137,7 @@ def points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
 
 def columns(fields: Iterable[str]) -> list[str]:
     """The columns of every row of a sweep over `fields`, known before any point runs."""
-    return [*fields, "error", *METRICS, *(f"util_{unit}" for unit in UTILIZATION_KEYS)]
+    return [*fields, "error", *FIGURES]
 
 
 def row_of(point: dict[str, Any], report: dict | None, error: str = "") -> dict[str, Any]:
@@ -239,9 +240,9 @@ def _on_dask(address: str, jobs: list, finished: Callable) -> None:
                              "'dask[distributed]'") from None
     try:
         client = Client(address, timeout=10)
-    except (OSError, TimeoutError) as exc:
-        raise SimulatorError(f"--scheduler {address}: cannot reach the Dask scheduler "
-                             f"({exc})") from None
+    except (OSError, TimeoutError, ValueError) as exc:   # ValueError: not an address at all
+        raise SimulatorError(f"--scheduler {quote(address)}: cannot reach the Dask scheduler "
+                             f"({quote(str(exc))})") from None
     with client:
         futures = client.map(run_point, jobs, pure=False)
         index = {future.key: i for i, future in enumerate(futures)}

@@ -15,12 +15,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.cli import main
+from simulator.cli import MAX_ERROR_CHARS, main
 
 from .test_hostile import BASE, HW, edit
 
 FIFO, DIR, LOOP = object(), object(), object()  # file markers: a pipe, a folder, a link loop
-MAX_LINE_CHARS = 400
+MAX_LINE_CHARS = MAX_ERROR_CHARS
 
 
 def case(name, args, fragment, files=None, code=2):
@@ -286,7 +286,7 @@ SWEEP_CASES = [
     case("grid-plot-a-word", ["sweep", "w.yaml", "--plot", "p.png", "--metric", "bound",
                               "--grid", "params.m=16"], "cannot be plotted"),
     case("grid-unknown-metric", ["sweep", "w.yaml", "--metric", "speed", "--grid",
-                                 "params.m=16"], "not a sweep figure"),
+                                 "params.m=16"], "not a figure of the sweep CSV"),
     case("grid-dask-without-scheduler", ["sweep", "w.yaml", "--executor", "dask", "--grid",
                                          "params.m=16"], "go together"),
     case("grid-none", ["sweep", "w.yaml"], "at least one --grid"),

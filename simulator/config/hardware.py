@@ -8,6 +8,7 @@ clock, every rate bytes per cycle.
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -150,12 +151,13 @@ def load_hardware(name_or_path: str, overrides: list[tuple[str, Any]] = (),
     if where.startswith(OVERRIDE_MARK):
         field = ""
     names_a_file = Path(name_or_path).suffix in (".yaml", ".yml")
-    if not names_a_file and not (_PRESET_NAME.fullmatch(name_or_path) and path.is_file()):
+    if not names_a_file and not (_PRESET_NAME.fullmatch(name_or_path) and os.path.isfile(path)):
         raise ConfigError(where, [f"{field}no hardware preset named {quote(name_or_path)} "
                                   f"(presets: {', '.join(preset_names())}; a hardware file's "
                                   "path ends in .yaml)"])
-    if not path.exists():
-        raise ConfigError(where, [f"{field}{quote(name_or_path)}: no such file ({path})"])
+    if not os.path.exists(path):
+        raise ConfigError(where, [f"{field}{quote(name_or_path)}: no such file "
+                                  f"({quote(str(path))})"])
     raw = apply_overrides(read_yaml(path), list(overrides), str(path), HARDWARE_PREFIX)
     return parse_hardware(raw, str(path), {p: override_label(HARDWARE_PREFIX + p, v)
                                            for p, v in overrides})
@@ -169,6 +171,7 @@ CLOCK_RANGE_HZ = (1e6, 1e11)            # 1 MHz to 100 GHz
 MAX_LATENCY_S = 100e-6                  # the start-up of any memory, engine or unit
 MAX_LAUNCH_OVERHEAD_S = 10e-3           # dispatching one kernel
 MAX_COST_FACTOR = 1000.0                # cycles per byte of a vector op, relative to an add
+RATE_RANGE_BYTES_PER_CYCLE = (1e-3, 1e6)  # any memory, path or unit: 1 MB/s to 1 PB/s at 1 GHz
 
 
 def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = None) -> Hardware:
@@ -180,6 +183,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     cores = top.get("cores", as_int(1, 4096))
     clock = clock_hz or 1e9  # keep validating the rest even if the clock is bad
     latency = _latency(clock, MAX_LATENCY_S)
+    rate = _rate(clock)
 
     memories = {}
     for mem in SHARED_MEMORIES:
@@ -187,7 +191,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         memories[mem] = SharedMemory(
             name=mem,
             capacity_bytes=f.get("capacity", parse_size),
-            peak_bytes_per_cycle=f.get("bandwidth", lambda v: parse_rate(v, clock)),
+            peak_bytes_per_cycle=f.get("bandwidth", rate),
             latency_cycles=f.get("latency", latency),
             efficiency=f.get("efficiency", as_fraction, default=1.0),
         )
@@ -219,7 +223,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
                 continue
             served[tuple(ends)] = eng
             try:
-                rates[tuple(ends)] = parse_rate(paths_f.raw[key], clock)
+                rates[tuple(ends)] = rate(paths_f.raw[key])
             except ValueError as exc:
                 problems.add(path_name, str(exc))
         paths_f.finish()
@@ -245,7 +249,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     cube_f.finish()
 
     vec_f = top.sub("vector")
-    vec_rate = vec_f.get("bandwidth", lambda v: parse_rate(v, clock))
+    vec_rate = vec_f.get("bandwidth", rate)
     vec_latency = vec_f.get("latency", latency)
     factor_f = vec_f.sub("cost_factor")
     factors = {cls: factor_f.get(cls, as_number(MAX_COST_FACTOR)) for cls in VECTOR_COST_CLASSES}
@@ -269,6 +273,19 @@ def _clock(value: Any) -> float:
         raise ValueError(f"{quote(value)} is outside the {low / 1e6:g} MHz to {high / 1e9:g} "
                          "GHz a chip's clock can be")
     return hertz
+
+
+def _rate(clock_hz: float):
+    """Bytes per cycle, refused outside RATE_RANGE_BYTES_PER_CYCLE (the unit is surely wrong)."""
+    def parse(value: Any) -> float:
+        per_cycle = parse_rate(value, clock_hz)
+        low, high = RATE_RANGE_BYTES_PER_CYCLE
+        if not low <= per_cycle <= high:
+            raise ValueError(f"{quote(value)} is {per_cycle:.3g} bytes per cycle, outside the "
+                             f"{low:g} to {high:,.0f} a memory, path or unit can sensibly move "
+                             "(is the unit right?)")
+        return per_cycle
+    return parse
 
 
 def _latency(clock_hz: float, maximum_s: float):

@@ -9,6 +9,7 @@ problem with its path before anything is built.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, Callable
@@ -79,6 +80,22 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+# Numbers as YAML 1.2 reads them: YAML 1.1 (PyYAML's default) takes 040 for the octal 32 and
+# 1:30 for the base-60 90, which no one writing a shape or a size means. Here they stay
+# strings, which every numeric field refuses by name.
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, rx) for tag, rx in entries if tag not in (_INT_TAG, _FLOAT_TAG)]
+    for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+_StrictLoader.add_implicit_resolver(
+    _INT_TAG, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0b[01_]+)$"),
+    list("-+0123456789"))
+_StrictLoader.add_implicit_resolver(
+    _FLOAT_TAG, re.compile(r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?
+                               |[-+]?\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+                               |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X),
+    list("-+0123456789."))
 
 
 def _measure(node: yaml.Node, depth: int, memo: dict, active: set) -> tuple[int, int]:

@@ -142,6 +142,9 @@ class Trace:
 
 
 _TIME_BITS = 41     # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _peak_occupancy)
+# The longest run the simulator follows (its occupancy check needs 2 x cycle + 1 < 2**41):
+# about 18 minutes of simulated time at 1 GHz, far beyond any kernel sequence of one chip.
+MAX_RUN_CYCLES = 1 << (_TIME_BITS - 1)
 
 
 class _Flag:
@@ -190,6 +193,7 @@ class World:
         self.l2 = L2Cache(hw.memories["L2"].capacity_bytes, program.tensor_geometry)
         self.pipe_logs: list[PipeLog] = []
         self.spans: list[KernelSpan] = []
+        self.kernel_started = 0                    # the cycle the running kernel's cores began
         self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
         self.max_cores = max((len(k.cores) for k in program.kernels), default=1)
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
@@ -207,25 +211,28 @@ class World:
             return self._run(max_cycles)
 
     def _run(self, max_cycles: int | None) -> Trace:
+        budget = min(max_cycles or MAX_RUN_CYCLES, MAX_RUN_CYCLES)
         main = self.env.process(self._kernels())
-        stop = main if max_cycles is None else self.env.any_of([main,
-                                                                 self.env.timeout(max_cycles)])
-        try:
-            self.env.run(until=stop)
-        except RuntimeError as exc:
-            if "No scheduled events left" not in str(exc):
-                raise
-            # nothing left to happen before the last kernel finished: a deadlock, diagnosed below
+        limit = self.env.timeout(budget)
+        idle = []       # whether nothing but the limit was left to happen: a deadlock
+        limit.callbacks.append(lambda _: idle.append(self.env.peek() == math.inf))
+        self.env.run(until=self.env.any_of([main, limit]))
         executed = self.instructions_executed()
         if executed != self.program.instruction_count:
-            if max_cycles is not None and self.env.now >= max_cycles:
+            if idle[0]:
+                raise InvariantError(self.diagnose_deadlock())
+            if budget == MAX_RUN_CYCLES:
                 raise CycleBudgetError(
-                    f"the simulation passed its budget of {max_cycles:,} cycles with "
-                    f"{executed:,} of {self.program.instruction_count:,} instructions done; "
-                    "raise the budget with --max-cycles N (simulate(..., max_cycles=N) from "
-                    "Python) if the workload is that long, or look for a schedule that never "
-                    "finishes")
-            raise InvariantError(self.diagnose_deadlock())
+                    f"the simulation passed {MAX_RUN_CYCLES:,} cycles ("
+                    f"{MAX_RUN_CYCLES / self.hw.clock_hz:,.0f} s of this chip's time), the "
+                    "longest run the simulator follows; a rate or latency of the hardware is "
+                    "probably off by a unit prefix")
+            raise CycleBudgetError(
+                f"the simulation passed its budget of {budget:,} cycles with "
+                f"{executed:,} of {self.program.instruction_count:,} instructions done; "
+                "raise the budget with --max-cycles N (simulate(..., max_cycles=N) from "
+                "Python) if the workload is that long, or look for a schedule that never "
+                "finishes")
         return Trace(self.pipe_logs, self.spans, int(self.env.now), self.l2.hits, self.l2.misses,
                      self._peak_occupancy(), executed)
 
@@ -234,7 +241,10 @@ class World:
 
     def diagnose_deadlock(self) -> str:
         """Which pipes wait on which flag, and which instruction would have set it."""
-        lines = [f"deadlock at cycle {self.env.now:,}: {self.instructions_executed():,} of "
+        ends = [log.logged[LOGGED.index("end_cycle") - len(LOGGED)] for log in self.pipe_logs
+                if log.logged]
+        lines = [f"deadlock at cycle {max([self.kernel_started, *ends]):,}: "
+                 f"{self.instructions_executed():,} of "
                  f"{self.program.instruction_count:,} instructions executed"]
         for (kernel, core_index, pipe), (position, flag_id) in sorted(self.waiting.items()):
             core = self.program.kernels[kernel].cores[core_index]
@@ -254,6 +264,7 @@ class World:
         for index, kernel in enumerate(self.program.kernels):
             start = self.env.now
             yield self.env.timeout(self.hw.launch_overhead_cycles)
+            self.kernel_started = int(self.env.now)
             cores_done = []
             for core_index, core in enumerate(kernel.cores):
                 state = _CoreState(index, core, core_index, int(self.env.now), self.env.event())
