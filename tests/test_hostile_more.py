@@ -17,9 +17,18 @@ from hypothesis import strategies as st
 
 from simulator.cli import MAX_ERROR_CHARS, main
 
-from .test_hostile import BASE, HW, edit
+from .test_hostile import BASE, HW, edit, op_line
 
 FIFO, DIR, LOOP = object(), object(), object()  # file markers: a pipe, a folder, a link loop
+
+
+class Link(str):
+    """A file marker: a symbolic link to this (relative) target."""
+
+
+class ReadOnly(str):
+    """A file marker: a file with this text and no write permission for anyone."""
+
 MAX_LINE_CHARS = MAX_ERROR_CHARS
 
 
@@ -370,8 +379,94 @@ CLI_CASES = [
          "'lots' is not a whole number"),
 ]
 
+LONG = "x" * 300                  # longer than any file name may be
+BF16 = {"w.yaml": edit("a: {shape: [m, k]}", "a: {shape: [m, k], dtype: bf16}",
+                       edit("b: {shape: [k, n], kind: weight}",
+                            "b: {shape: [k, n], kind: weight, dtype: bf16}"))}
+WITH_ACT = op_line("{name: act, op: relu, inputs: [c], output: d}")
+DUAL = BASE.split("ops:")[0].replace("bias:", "b2: {shape: [k, n], kind: weight}\n  bias:") + (
+    "ops:\n  - {name: gate, op: matmul, inputs: [a, b], output: g}\n"
+    "  - {name: up, op: matmul, inputs: [a, b2], output: u}\n"
+    "  - {name: act, op: silu, inputs: [g], output: s}\n"
+    "  - {name: glu, op: mul, inputs: [s, u], output: h}\n")
+OURS_JSON = '{"format": "npu-memsim/report"}'
+
+# Found by a review of the first two lists: names too long, links as outputs, the hardware
+# file as an output, a dtype the chip lacks, rates no chip has, tiling entries that would be
+# ignored, YAML 1.1 numbers, control characters in what the user wrote.
+REVIEW_CASES = [
+    case("json-name-too-long", ["run", "w.yaml", "--json", LONG + ".json"],
+         "File name too long"),
+    case("plot-name-too-long", ["run", "w.yaml", "--plot", LONG], "File name too long"),
+    case("csv-name-too-long", ["sweep", "w.yaml", "--grid", "params.m=16", "--csv",
+                               LONG + ".csv"], "File name too long"),
+    case("workload-name-too-long", ["run", LONG + ".yaml"], "File name too long"),
+    case("hw-path-too-long", ["run", "w.yaml", "--set", f"hardware={LONG}.yaml"],
+         "no such file"),
+    case("hw-preset-name-too-long", ["run", "w.yaml", "--set", f"hardware={LONG}"],
+         "(presets: ascend910"),
+    case("plot-folder-dangling-link", ["run", "w.yaml", "--plot", "plots"],
+         "is a link that leads nowhere", {"plots": Link("gone")}),
+    case("json-link-to-user-file", ["run", "w.yaml", "--json", "r.json"],
+         "was not written by this simulator", {"mine.json": '{"a": 1}',
+                                               "r.json": Link("mine.json")}),
+    case("csv-link-to-user-file", ["sweep", "w.yaml", "--grid", "params.m=16", "--csv",
+                                   "d.csv"], "was not written by this simulator",
+         {"mine.csv": "a,b\n", "d.csv": Link("mine.csv")}),
+    case("json-ours-but-read-only", ["run", "w.yaml", "--json", "r.json"],
+         "the file is read-only", {"r.json": ReadOnly(OURS_JSON)}),
+    case("tune-write-over-the-hardware-file", ["tune", "w.yaml", "--write", "hw.yaml",
+                                               "--force"], "that is an input file",
+         {"hw.yaml": HW, "w.yaml": edit("hardware: tiny", "hardware: hw.yaml")}),
+    case("tune-write-with-hardware-override", ["tune", "w.yaml", "--write", "t.yaml", "--set",
+                                               "hardware.L1.capacity=32KiB"],
+         "--write cannot keep --set 'hardware.L1.capacity=32KiB'"),
+    case("tune-write-null-schedule", ["tune", "w.yaml", "--workers", "1", "--write", "t.yaml"],
+         "tuned workload written to t.yaml", {"w.yaml": BASE + "schedule: ~\n"}, code=0),
+    case("cube-lacks-the-dtype", ["run", "w.yaml", "--set", "schedule.fusion=auto"],
+         "ops[0] (mm): the Cube of tiny has no bf16 mode", BF16),
+    case("cube-lacks-the-dtype-tune", ["tune", "w.yaml"], "has no bf16 mode", BF16),
+    case("cube-lacks-the-dtype-compare", ["compare", "w.yaml"], "has no bf16 mode", BF16),
+    case("vector-rate-tiny", ["run", "w.yaml", "--set",
+                              "hardware.vector.bandwidth=0.000000001B/cycle"],
+         "outside the 0.001 to 1,000,000"),
+    case("hbm-rate-absurd", ["run", "w.yaml", "--set", "hardware.HBM.bandwidth=1e300B/s"],
+         "is 1e+291 bytes per cycle"),
+    case("path-rate-absurd", ["run", "w.yaml"], "MTE2.paths.HBM->L1: '1e9B/cycle'",
+         with_hardware("HBM->L1: 64B/cycle", "HBM->L1: 1e9B/cycle")),
+    case("max-cycles-beyond-the-engine", ["run", "w.yaml", "--max-cycles", "9" * 20],
+         "cycles the simulator can follow"),
+    case("scheduler-not-an-address", ["sweep", "w.yaml", "--grid", "params.m=16", "--executor",
+                                      "dask", "--scheduler", "not a url"],
+         "--scheduler 'not a url'"),
+    case("tiling-of-a-vector-op", ["run", "w.yaml"], "act is a relu, a vector op: its kernel's "
+         "tiling takes only buffers (given: base.m)",
+         {"w.yaml": WITH_ACT + "schedule: {tiling: {act: {base: {m: 16}}}}\n"}),
+    case("tiling-of-a-view", ["run", "w.yaml"], "takes no tiling",
+         {"w.yaml": op_line("{name: v, op: reshape, inputs: [c], output: v, "
+                            "attrs: {shape: [n, m]}}")
+          + "schedule: {tiling: {v: {buffers: 1}}}\n"}),
+    case("tiling-of-a-fused-op", ["run", "w.yaml"], "act runs in the kernel mm+act",
+         {"w.yaml": WITH_ACT + "schedule: {fusion: auto, tiling: {act: {buffers: 1}}}\n"}),
+    case("tiling-of-a-second-gemm", ["run", "w.yaml"], "up runs in the kernel gate+up+act+glu",
+         {"w.yaml": DUAL + "schedule: {fusion: auto, tiling: {up: {base: {m: 16}}}}\n"}),
+    case("tiling-same-for-both-gemms", ["run", "w.yaml"], "1 kernel", code=0,
+         files={"w.yaml": DUAL + "schedule: {fusion: auto, tiling: {gate: {buffers: 1}, "
+                "up: {buffers: 1}}}\n"}),
+    case("yaml-leading-zero", ["run", "w.yaml"], "write 40", workload_with("m: 32", "m: 040")),
+    case("yaml-base-60", ["run", "w.yaml"], "got a string '1:30'",
+         workload_with("m: 32", "m: 1:30")),
+    case("key-with-control-characters", ["run", "w.yaml"], "bad\\nkey\\x1b[31m: unknown field",
+         {"w.yaml": BASE + '"bad\\nkey\\e[31m": 1\n'}),
+    case("path-with-control-characters", ["run", "w\x1b[2J\n.yaml"],
+         "w\\x1b[2J\\n.yaml: file not found"),
+    case("metric-utilization-plots", ["sweep", "w.yaml", "--workers", "1", "--grid",
+                                      "params.m=16,32", "--plot", "p.png", "--metric",
+                                      "util_MTE2"], "plot written to p.png", code=0),
+]
+
 ALL = (YAML_CASES + NUMBER_CASES + EXPRESSION_CASES + OVERRIDE_CASES + HARDWARE_CASES
-       + DEGENERATE_CASES + SWEEP_CASES + OUTPUT_CASES + CLI_CASES)
+       + DEGENERATE_CASES + SWEEP_CASES + OUTPUT_CASES + CLI_CASES + REVIEW_CASES)
 
 
 def make_files(folder: Path, files: dict) -> None:
@@ -385,6 +480,11 @@ def make_files(folder: Path, files: dict) -> None:
             path.symlink_to(path.name)
         elif content is DIR:
             path.mkdir()
+        elif isinstance(content, Link):
+            path.symlink_to(str(content))
+        elif isinstance(content, ReadOnly):
+            path.write_text(content, encoding="utf-8")
+            path.chmod(0o444)
         elif isinstance(content, bytes):
             path.write_bytes(content)
         else:

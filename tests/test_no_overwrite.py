@@ -1,7 +1,11 @@
 """Nothing a user wrote is overwritten without --force: every command, run with a random mix
 of output options in a folder full of user files and of files the simulator wrote before."""
 
+import errno
+import io
+import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,8 +56,6 @@ def ours(tmp_path_factory) -> Path:
 
 def _in(folder: Path, args: list[str]) -> int:
     import contextlib
-    import io
-    import os
 
     previous = os.getcwd()
     os.chdir(folder)
@@ -134,3 +136,53 @@ def test_our_marks_are_read_from_the_start_of_a_file_however_large(tmp_path):
                  '["npu-memsim/report"]', "", "\xff"):
         (tmp_path / "u.json").write_text(text)
         assert not is_ours(tmp_path / "u.json", "json"), text
+
+
+@pytest.mark.parametrize("args, output", [
+    (["run", "w.yaml", "--json", "out.json"], "out.json"),
+    (["run", "w.yaml", "--trace", "out.json"], "out.json"),
+    (["run", "w.yaml", "--plot", "plots"], "plots/roofline.png"),
+    (["sweep", "w.yaml", "--grid", "params.m=16,32", "--workers", "1", "--csv", "out.csv"],
+     "out.csv"),
+    (["tune", "w.yaml", "--workers", "1", "--write", "out.yaml"], "out.yaml"),
+])
+def test_an_output_that_is_a_link_is_replaced_never_written_through(tmp_path, args, output):
+    """With --force the link is replaced by the new file; the file it led to, the user's,
+    keeps every byte (and a file written new gets the usual permissions, not 0600)."""
+    (tmp_path / "w.yaml").write_text(BASE)
+    target = tmp_path / "elsewhere" / "precious.txt"
+    target.parent.mkdir()
+    target.write_text("the user's own work")
+    link = tmp_path / output
+    link.parent.mkdir(exist_ok=True)
+    link.symlink_to(target)
+
+    assert _in(tmp_path, args) == 2                     # not ours: refused without --force
+    assert _in(tmp_path, [*args, "--force"]) == 0
+
+    assert target.read_text() == "the user's own work"
+    assert link.is_file() and not link.is_symlink()
+    umask = os.umask(0)
+    os.umask(umask)
+    assert link.stat().st_mode & 0o777 == 0o666 & ~umask
+
+
+def test_a_replaced_file_keeps_its_permissions(tmp_path):
+    (tmp_path / "w.yaml").write_text(BASE)
+    assert _in(tmp_path, ["run", "w.yaml", "--json", "r.json"]) == 0
+    (tmp_path / "r.json").chmod(0o640)
+    assert _in(tmp_path, ["run", "w.yaml", "--json", "r.json"]) == 0
+    assert (tmp_path / "r.json").stat().st_mode & 0o777 == 0o640
+
+
+def test_a_full_standard_output_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    """Standard output sent to a full disk (`> /dev/full`): one line, exit 1."""
+    class Full(io.StringIO):
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    (tmp_path / "w.yaml").write_text(BASE)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "stdout", Full())
+    assert main(["run", "w.yaml"]) == 1
+    assert capsys.readouterr().err == "error: No space left on device\n"

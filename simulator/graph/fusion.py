@@ -19,7 +19,7 @@ against the same rules, and a group that breaks one is refused with the rule.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config.workload import Op, Workload
 from ..errors import ConfigError
@@ -74,9 +74,24 @@ def plan_kernels(workload: Workload) -> Plan:
         return Plan(tuple(_kernel([op]) for op in graph.ops
                           if OPS[op.op].unit != "view"), reasons)
     pass_ = _FusionPass(graph)
-    if fusion == "auto":
-        return pass_.run()
-    return pass_.run_groups(fusion)
+    plan = pass_.run() if fusion == "auto" else pass_.run_groups(fusion)
+    _refuse_unused_tilings(workload, plan)
+    return plan
+
+
+def _refuse_unused_tilings(workload: Workload, plan: Plan) -> None:
+    """A tiling entry of an op that joined another op's kernel would be silently ignored:
+    the kernel takes its first op's tiling. Refuse it, unless it says the same."""
+    for kernel in plan.kernels:
+        head = kernel.tiling_op
+        for op in kernel.ops[1:]:
+            spec = workload.tiling.get(op.name)
+            if spec is not None and replace(spec, path="") != replace(
+                    workload.tiling_for(head), path=""):
+                raise ConfigError(workload.source, [
+                    f"{spec.path}: {op.name} runs in the kernel {kernel.name}, whose tiling is "
+                    f"that of {head}; give it as schedule.tiling.{head} (or the same values "
+                    f"for both), or fuse less"])
 
 
 def _kernel(ops: list[Op]) -> Kernel:

@@ -133,9 +133,6 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
     tiling: they name no tensor, so every kernel of that shape and tiling can reuse them."""
     tensors = workload.tensors
     shape = gemm_shape(list(kernel.gemms), tensors)
-    if shape.dtype not in hw.cube.fractal:
-        raise TilingError(f"{kernel.gemms[0].path}: the Cube of {hw.name} has no {shape.dtype} "
-                          f"mode (modes: {', '.join(hw.cube.fractal)})")
     t = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
     _refuse_if_too_large(kernel, shape, t, hw)
     fm, fn, _ = hw.cube.fractal[shape.dtype]
