@@ -88,18 +88,17 @@ def check_output(out: Output, force: bool) -> None:
 def check_plot_folder(option: str, folder: Path, names: tuple[str, ...], force: bool) -> None:
     """`run --plot DIR`: the folder may exist or be created in an existing parent; each PNG
     it would hold is checked as an output of its own."""
-    outputs = [Output(option, folder / name, "png") for name in names]
-    info = _status(Output(option, folder, "png"), folder)
+    whole = Output(option, folder, "png")
+    info = _status(whole, folder)
     if info is None:
         if not os.path.isdir(folder.parent):
-            raise SimulatorError(printable(f"{option} {folder}: the folder "
-                                           f"{str(folder.parent)!r} does not exist"))
-        _check_writable_folder(outputs[0], folder.parent)
-        return
-    if not stat.S_ISDIR(info.st_mode):
-        raise SimulatorError(printable(f"{option} {folder}: is a file, not a folder"))
-    for out in outputs:
-        check_output(out, force)
+            raise whole.fail(f"the folder {str(folder.parent)!r} does not exist")
+        _check_writable_folder(whole, folder.parent)
+    elif not stat.S_ISDIR(info.st_mode):
+        raise whole.fail("is a file, not a folder")
+    else:
+        for name in names:
+            check_output(Output(option, folder / name, "png"), force)
 
 
 def _status(out: Output, path: Path) -> os.stat_result | None:
