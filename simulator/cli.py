@@ -10,6 +10,7 @@ import argparse
 import io
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -39,13 +40,16 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("workload", help="workload YAML file, e.g. workloads/ffn_decode.yaml")
     _overrides(run, "override any field, e.g. params.tokens=2048 or "
                     "hardware.HBM.bandwidth=2.4TB/s (repeatable)")
-    run.add_argument("--json", metavar="FILE", help="also write the full report as JSON "
+    run.add_argument("--json", type=_file, metavar="FILE",
+                     help="also write the full report as JSON "
                      "('-' for standard output)")
     run.add_argument("--force", action="store_true",
                      help="overwrite an existing --json/--trace file that is not ours")
-    run.add_argument("--trace", metavar="FILE", help="write a Chrome trace (open it in Perfetto "
+    run.add_argument("--trace", type=_file, metavar="FILE",
+                     help="write a Chrome trace (open it in Perfetto "
                      "or chrome://tracing): one track per pipe per core")
-    run.add_argument("--plot", metavar="DIR", help="write roofline, timeline, traffic and "
+    run.add_argument("--plot", type=_file, metavar="DIR",
+                     help="write roofline, timeline, traffic and "
                      "utilization PNGs into DIR")
     _max_cycles(run)
 
@@ -66,7 +70,8 @@ def _parser() -> argparse.ArgumentParser:
                         "variant axis")
     compare.add_argument("--variant", action="append", default=[], metavar="P=V[,P=V...]",
                          help="one explicit variant: overrides separated by commas")
-    compare.add_argument("--json", metavar="FILE", help="also write the comparison as JSON "
+    compare.add_argument("--json", type=_file, metavar="FILE",
+                         help="also write the comparison as JSON "
                          "('-' for standard output)")
     compare.add_argument("--force", action="store_true",
                          help="overwrite an existing --json file that is not a report of ours")
@@ -83,7 +88,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="how many of the best-ranked tilings to simulate (default 4)")
     tune.add_argument("--workers", type=_workers, default=None,
                       help="worker processes (default: the number of cores)")
-    tune.add_argument("--write", metavar="FILE", help="save the workload with the tuned tilings")
+    tune.add_argument("--write", type=_file, metavar="FILE",
+                      help="save the workload with the tuned tilings")
     tune.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
     sweep = sub.add_parser(
@@ -102,9 +108,12 @@ def _parser() -> argparse.ArgumentParser:
                        help="local worker processes (default) or an existing Dask cluster")
     sweep.add_argument("--scheduler", metavar="ADDRESS",
                        help="the Dask scheduler, e.g. tcp://10.0.0.5:8786 (with --executor dask)")
-    sweep.add_argument("--csv", metavar="FILE", help="CSV path (default: <workload>-sweep.csv)")
-    sweep.add_argument("--json", metavar="FILE", help="also write the rows as JSON")
-    sweep.add_argument("--plot", metavar="FILE.png", help="line plot and roofline (one field) "
+    sweep.add_argument("--csv", type=_file, metavar="FILE",
+                       help="CSV path (default: <workload>-sweep.csv)")
+    sweep.add_argument("--json", type=_file, metavar="FILE",
+                       help="also write the rows as JSON")
+    sweep.add_argument("--plot", type=_file, metavar="FILE.png",
+                       help="line plot and roofline (one field) "
                        "or heatmap (two fields)")
     sweep.add_argument("--metric", default="time_us", help="the figure to plot, a column of "
                        "the CSV (default time_us): " + ", ".join(PLOTTABLE))
@@ -145,6 +154,13 @@ def _workers(text: str) -> int:
         raise argparse.ArgumentTypeError(f"{value} is more worker processes than the "
                                          f"{MAX_WORKERS} this machine could sensibly run")
     return value
+
+
+def _file(text: str) -> str:
+    """A file or folder name option: an empty one is a slip, not 'no file'."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty name; give a file name")
+    return text
 
 
 def _cycle_budget(text: str) -> int:
@@ -235,7 +251,8 @@ def _run(args) -> int:
         outputs["trace"] = Output("--trace", Path(args.trace), "json")
     check_outputs(list(outputs.values()), args.force, (args.workload,))
     if args.plot:
-        check_plot_folder("--plot", Path(args.plot), PLOT_FILES, args.force)
+        check_plot_folder("--plot", Path(args.plot), PLOT_FILES, args.force,
+                          list(outputs.values()))
     workload = load_workload(args.workload, args.overrides)
     report = simulate(workload, args.max_cycles)
     if args.json == "-":
@@ -285,8 +302,10 @@ def variants_from(overrides: list[str], explicit: list[str]) -> tuple[list, list
     axes = [texts for texts in values.values() if len(texts) > 1]
     combos = [list(combo) for combo in itertools.product(*axes)] if axes else []
     for text in explicit:
-        parts = [p.strip() for p in text.split(",") if p.strip()]
-        if not parts:
+        # a comma starts the next override only where PATH= follows it, so that a value
+        # may hold commas (schedule.fusion=[[mm, act]])
+        parts = [p.strip() for p in re.split(r",(?=[^,=\[\]{}]+=)", text) if p.strip()]
+        if not parts or any("=" not in part for part in parts):
             raise SimulatorError(f"--variant {quote(text)}: give one or more PATH=VALUE, "
                                  "separated by commas")
         combos.append(parts)
@@ -411,7 +430,9 @@ def _sweep(args) -> int:
         write_json(json_out, "sweep", {"workload": args.workload, "grid": grid,
                                        "overrides": args.overrides, "points": rows})
         print(f"rows written to {args.json}")
-    if plot_out:
+    if plot_out and all(row["error"] for row in rows):
+        print(f"no plot written to {args.plot}: no point is legal")
+    elif plot_out:
         from .viz.plots import plot_sweep
         write_atomically(plot_out, lambda path: plot_sweep(rows, fields, args.metric, path))
         print(f"plot written to {args.plot}")
@@ -501,6 +522,8 @@ def _write_tuned(args, results, out: Output) -> None:
     schedule = raw["schedule"] = raw.get("schedule") or {}
     tiling = schedule["tiling"] = schedule.get("tiling") or {}
     for r in results:
+        for name in r.joined_ops:
+            tiling.pop(name, None)
         tiling[r.tiling_op] = r.best.to_dict()
     command = " ".join(shlex.quote(part) for part in
                        ["python", "-m", "simulator", "tune", args.workload,

@@ -23,6 +23,15 @@ def printable(text: str) -> str:
                    for c in text)
 
 
+def check_count(name: str, value: object, optional: bool = False) -> None:
+    """An API argument that counts something (cycles, workers, tilings) must be a positive
+    int: a mistake in calling code is a ValueError saying so, not a failure deep inside."""
+    if optional and value is None:
+        return
+    if type(value) is not int or value < 1:
+        raise ValueError(f"{name} must be a positive whole number, got {quote(value)}")
+
+
 class SimulatorError(Exception):
     """A mistake in the user's input: the CLI prints it on one line each and exits 2."""
 

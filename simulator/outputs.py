@@ -5,13 +5,14 @@ simulation time: the extension fits the kind of file, the folder exists and
 takes a new file, the path is not a folder, not the input, not named twice.
 A file that exists is overwritten only when it is one of ours, decided by a
 mark a user's file cannot carry by accident (a JSON "format" of
-"npu-memsim/...", a PNG "Software" chunk naming us, a sweep CSV header with
-our exact run of metric columns), or when the user passes --force. Files are
-written to a temporary name and renamed, so a failed write never leaves a
-half-written file where a good one was, and an output that is a link is
-replaced by the file: nothing is ever written through a link into the file it
-leads to. New files get the usual permissions (the umask's); a replaced file
-keeps its own.
+"npu-memsim/...", a PNG "Software" chunk naming us, a sweep CSV header of
+named grid fields then exactly our columns: a table a user derived from one,
+with an index or a column of notes, is not ours), or when the user passes
+--force. Files are written to a temporary name and renamed, so a failed write
+never leaves a half-written file where a good one was, and an output that is a
+link is replaced by the file: nothing is ever written through a link into the
+file it leads to. New files get the usual permissions (the umask's); a
+replaced file keeps its own.
 """
 
 from __future__ import annotations
@@ -29,12 +30,12 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .errors import SimulatorError, printable
-from .sweep import METRICS, columns
+from .sweep import FIGURES, columns
 from .version import FORMAT_PREFIX, NAME, format_mark
 
 SUFFIXES = {"json": (".json",), "png": (".png",), "csv": (".csv",), "yaml": (".yaml", ".yml")}
 SNIFF_BYTES = 1 << 16        # how much of an existing file is read to recognise it
-CSV_MARK = ",".join(("error", *METRICS))
+CSV_TAIL = ["error", *FIGURES]    # a sweep CSV's header: its grid fields, then exactly these
 
 
 @dataclass(frozen=True)
@@ -85,10 +86,14 @@ def check_output(out: Output, force: bool) -> None:
     _check_writable_folder(out, parent)
 
 
-def check_plot_folder(option: str, folder: Path, names: tuple[str, ...], force: bool) -> None:
+def check_plot_folder(option: str, folder: Path, names: tuple[str, ...], force: bool,
+                      others: list[Output] = ()) -> None:
     """`run --plot DIR`: the folder may exist or be created in an existing parent; each PNG
-    it would hold is checked as an output of its own."""
+    it would hold is checked as an output of its own. It may not be the file of `others`."""
     whole = Output(option, folder, "png")
+    for other in others:
+        if real_path(other.path) == real_path(folder):
+            raise whole.fail(f"is also the file of {other.option}; give each its own name")
     info = _status(whole, folder)
     if info is None:
         if not os.path.isdir(folder.parent):
@@ -144,8 +149,9 @@ def is_ours(path: Path, kind: str) -> bool:
     if kind == "png":
         return (_png_software(head) or "").startswith(f"{NAME} ")
     if kind == "csv":
-        header = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip()
-        return f",{CSV_MARK}," in f",{header},"
+        header = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip().split(",")
+        fields = header[:-len(CSV_TAIL)]
+        return header[-len(CSV_TAIL):] == CSV_TAIL and all(fields) and len(fields) >= 1
     if kind == "json":
         return _JSON_MARK.match(head) is not None
     return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .analysis.report import Report, analyse
 from .config.workload import Workload
 from .engine.world import gc_paused, simulate_program
+from .errors import check_count
 from .graph.fusion import plan_kernels
 from .schedule.lower import lower
 from .schedule.program import Program
@@ -21,6 +22,11 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> Report:
     The run stops with a clear error past `max_cycles` (default: 1000 times the roofline
     bound plus 10 million cycles), so a schedule that never finishes cannot hang."""
     from .analysis.roofline import roofline
+
+    if not isinstance(workload, Workload):
+        raise TypeError(f"simulate() takes a Workload (load_workload(path)), got "
+                        f"{type(workload).__name__}")
+    check_count("max_cycles", max_cycles, optional=True)
 
     with gc_paused():
         program = lower_workload(workload)
@@ -57,6 +63,8 @@ def compare(path: str, variants: list[tuple[str, list[str]]],
     speedup is the first variant's time over that variant's time."""
     from .config.workload import load_workload
 
+    if not variants:
+        raise ValueError("compare() needs at least one variant: (label, overrides)")
     workloads = [(label, overrides, load_workload(path, [*common, *overrides]))
                  for label, overrides in variants]       # every mistake before any run
     rows = []

@@ -19,7 +19,7 @@ import yaml
 
 from .analysis.report import UTILIZATION_KEYS
 from .config.strict import YamlLimitError, parse_yaml
-from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, quote
+from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, check_count, quote
 
 # Report figures that become columns of a sweep row, flattened to one level.
 METRICS = ("time_us", "cycles", "bound", "flops", "achieved_tflops", "peak_tflops",
@@ -192,6 +192,11 @@ def sweep(path: str, grid: dict[str, list[Any]] | Iterable[str], overrides: Iter
     (so a caller can save rows before the whole grid is done)."""
     if not isinstance(grid, dict):
         grid = parse_grid(grid)
+    for field, values in grid.items():
+        if not isinstance(values, (list, tuple)) or not values:
+            raise TypeError(f"grid[{field!r}] must be a non-empty list of values, got "
+                            f"{quote(values)}")
+    check_count("workers", workers, optional=True)
     jobs = [(os.path.realpath(path), list(overrides), point, max_cycles)
             for point in points(grid)]
     workers = workers or os.cpu_count() or 1

@@ -322,12 +322,18 @@ def _check_buffers(capacity: dict[str, int], fractal: dict, problems: Problems) 
 
 
 # Paths the lowering uses: staging operands, feeding the Cube, draining, vector kernels.
-REQUIRED_PATHS = (("HBM", "L1"), ("L2", "L1"), ("L1", "L0A"), ("L1", "L0B"), ("L0C", "HBM"),
-                  ("HBM", "UB"), ("L2", "UB"), ("UB", "HBM"))
+# Every path the lowering moves data on, and the engine (the pipe) it issues the move to.
+REQUIRED_PATHS = {("HBM", "L1"): "MTE2", ("L2", "L1"): "MTE2", ("HBM", "UB"): "MTE2",
+                  ("L2", "UB"): "MTE2", ("L1", "L0A"): "MTE1", ("L1", "L0B"): "MTE1",
+                  ("L0C", "HBM"): "FIXPIPE", ("L0C", "UB"): "FIXPIPE", ("UB", "HBM"): "MTE3"}
 
 
 def _check_topology(served: dict, problems: Problems) -> None:
-    for path in REQUIRED_PATHS:
-        if path not in served:
-            problems.add("", f"no engine serves the path {path[0]}->{path[1]}, which the "
-                         "lowering needs; add it to one engine's paths")
+    for (source, destination), engine in REQUIRED_PATHS.items():
+        name = f"{source}->{destination}"
+        if (source, destination) not in served:
+            problems.add("", f"no engine serves the path {name}, which the lowering needs; "
+                         f"add it to {engine}'s paths")
+        elif served[source, destination] != engine:
+            problems.add(f"{served[source, destination]}.paths.{name}", f"the lowering moves "
+                         f"{name} on {engine}; give the path to {engine}")

@@ -8,6 +8,7 @@ problem with its path before anything is built.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import stat
@@ -81,19 +82,20 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
 
 _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
 
-# Numbers as YAML 1.2 reads them: YAML 1.1 (PyYAML's default) takes 040 for the octal 32 and
-# 1:30 for the base-60 90, which no one writing a shape or a size means. Here they stay
-# strings, which every numeric field refuses by name.
+# Numbers without YAML 1.1's surprises: it takes 040 for the octal 32 and 1:30 for the
+# base-60 90, which no one writing a shape or a size means. Here they stay strings, which
+# every numeric field refuses by name (with the fix); 0o40 is the octal 32. As in YAML 1.1,
+# an exponent needs a point (1.0e3): 1e3 is text, refused with "write 1000".
 _INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _StrictLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in entries if tag not in (_INT_TAG, _FLOAT_TAG)]
     for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()}
 _StrictLoader.add_implicit_resolver(
-    _INT_TAG, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0b[01_]+)$"),
+    _INT_TAG, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+)$"),
     list("-+0123456789"))
 _StrictLoader.add_implicit_resolver(
-    _FLOAT_TAG, re.compile(r"""^(?:[-+]?[0-9][0-9_]*\.[0-9_]*(?:[eE][-+][0-9]+)?
-                               |[-+]?\.[0-9][0-9_]*(?:[eE][-+][0-9]+)?
+    _FLOAT_TAG, re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)
+                                   (?:[eE][-+]?[0-9]+)?
                                |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X),
     list("-+0123456789."))
 
@@ -280,7 +282,7 @@ def key_text(key: object) -> str:
 
 def not_an_integer(value: Any) -> str:
     """What was written instead of an integer ('got ...'), with the fix where there is one."""
-    if isinstance(value, float) and value.is_integer():
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e18:
         return f"got the number {value!r}; write {int(value)}"
     if isinstance(value, str):
         try:
@@ -305,10 +307,22 @@ def as_int(minimum: int = 1, maximum: int | None = None) -> Callable[[Any], int]
     return parse
 
 
+def not_a_number(value: Any) -> str:
+    """What was written instead of a number ('got ...'), with the fix for 9e-1 (text)."""
+    if isinstance(value, str):
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if math.isfinite(number):
+            return (f"got the text {quote(value)} (YAML reads {value.strip()[:20]} as text, not "
+                    f"a number); write {number!r}")
+    return f"got {describe(value)} {quote(value)}"
+
+
 def as_fraction(value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(f"expected a number between 0 and 1, got {describe(value)} "
-                         f"{quote(value)}")
+        raise ValueError(f"expected a number between 0 and 1, {not_a_number(value)}")
     if not 0 < value <= 1:
         raise ValueError(f"{quote(value)} must be in (0, 1]")
     return float(value)
@@ -318,8 +332,7 @@ def as_number(maximum: float) -> Callable[[Any], float]:
     """A positive, finite number no larger than `maximum`."""
     def parse(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"expected a positive number, got {describe(value)} "
-                             f"{quote(value)}")
+            raise ValueError(f"expected a positive number, {not_a_number(value)}")
         if not 0 < value <= maximum:   # false for nan too
             raise ValueError(f"{quote(value)} must be above 0 and at most {maximum:g}")
         return float(value)
@@ -361,6 +374,10 @@ def parse_override(text: str) -> tuple[str, Any]:
                                     f"{MAX_NESTING} levels a field path may have"])
     if not value_text.strip():
         return path, ""
+    if value_text.strip()[0] not in "'\"" and re.search(r"(^|\s)#", value_text):
+        raise ConfigError("--set", [f"{OVERRIDE_MARK}{override_label(path, value_text)}: a '#' "
+                                    "starts a YAML comment, so what follows would be dropped; "
+                                    "put the value in quotes"])
     try:
         return path, parse_yaml(value_text)
     except YamlLimitError as exc:

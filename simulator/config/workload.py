@@ -105,6 +105,13 @@ def load_workload(path: str | Path, overrides: list[str] | list[tuple[str, Any]]
     whose path in the file is relative to the workload file's folder."""
     pairs = [parse_override(o) if isinstance(o, str) else tuple(o) for o in overrides]
     source = str(path)
+    given: dict[str, Any] = {}
+    for override_path, value in pairs:
+        if given.setdefault(override_path, value) != value:
+            raise ConfigError(source, [
+                f"{OVERRIDE_MARK}{override_label(override_path, value)}: {override_path} is "
+                f"already set to {quote(given[override_path])} by another override; give each "
+                "field one value"])
     hw_overrides = [(p[len(HARDWARE_PREFIX):], v) for p, v in pairs
                     if p.startswith(HARDWARE_PREFIX)]
     wl_overrides = [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)]
@@ -144,8 +151,10 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     params = {}
     for key in params_f.raw:
         params_f.used.add(key)
-        if not isinstance(key, str) or not key.isidentifier():
-            problems.add(join("params", key_text(key)), "a param name must be an identifier")
+        if not isinstance(key, str) or not key.isidentifier() or not key.isascii():
+            # ASCII: Python folds look-alike letters in expressions ('ｍ' reads as 'm')
+            problems.add(join("params", key_text(key)), "a param name must be an identifier "
+                         "of ASCII letters, digits and _")
             continue
         value = params_f.raw[key]
         if isinstance(value, bool) or not isinstance(value, int):
@@ -217,6 +226,11 @@ def _parse_ops(raw_ops: list | None, params: dict[str, int], problems: Problems,
                 broken.add(output)
             continue
         path = f"ops[{index}] ({name})"
+        if name == "default":
+            problems.add(f"{path}.name", "'default' is reserved: schedule.tiling.default is the "
+                         "tiling of every kernel without an entry of its own; rename the op")
+            broken.add(output)
+            continue
         if name in names:
             problems.add(f"{path}.name", f"op name {quote(name)} is used twice")
             broken.add(output)
@@ -251,7 +265,9 @@ def _fusion(value: Any, op_names: set[str]) -> str | tuple[tuple[str, ...], ...]
     """'auto', 'none', or a list of groups (lists of op names) to fuse as given."""
     if value in FUSION_MODES:
         return value
-    if not isinstance(value, list) or not all(isinstance(g, list) and g for g in value):
+    if not isinstance(value, list) or not all(
+            isinstance(g, list) and g and all(isinstance(name, str) for name in g)
+            for g in value):
         raise ValueError(f"{quote(value)} is not one of: auto, none, or a list of op-name groups "
                          "such as [[gate, up, act, glu]]")
     seen: set[str] = set()
@@ -360,6 +376,9 @@ def evaluate(expr: Any, params: dict[str, int]) -> int:
     if len(expr) > MAX_EXPRESSION_CHARS:
         raise ValueError(f"{quote(expr)} is longer than the {MAX_EXPRESSION_CHARS} characters "
                          "a shape expression may be")
+    if not expr.isascii():      # Python would fold look-alike letters: 'ｍ' would read as 'm'
+        raise ValueError(f"{quote(expr)}: a shape expression is ASCII (param names, integers, "
+                         "+ - * / and parentheses)")
     try:
         tree = ast.parse(expr.strip(), mode="eval")
     except (SyntaxError, ValueError, MemoryError, RecursionError):

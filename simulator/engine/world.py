@@ -144,7 +144,7 @@ class Trace:
 _TIME_BITS = 41     # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _peak_occupancy)
 # The longest run the simulator follows (its occupancy check needs 2 x cycle + 1 < 2**41):
 # about 18 minutes of simulated time at 1 GHz, far beyond any kernel sequence of one chip.
-MAX_RUN_CYCLES = 1 << (_TIME_BITS - 1)
+MAX_RUN_CYCLES = (1 << (_TIME_BITS - 1)) - 1
 
 
 class _Flag:
@@ -213,7 +213,7 @@ class World:
     def _run(self, max_cycles: int | None) -> Trace:
         budget = min(max_cycles or MAX_RUN_CYCLES, MAX_RUN_CYCLES)
         main = self.env.process(self._kernels())
-        limit = self.env.timeout(budget)
+        limit = self.env.timeout(budget + 1)     # a run that ends at `budget` is within it
         idle = []       # whether nothing but the limit was left to happen: a deadlock
         limit.callbacks.append(lambda _: idle.append(self.env.peek() == math.inf))
         self.env.run(until=self.env.any_of([main, limit]))
@@ -223,7 +223,7 @@ class World:
                 raise InvariantError(self.diagnose_deadlock())
             if budget == MAX_RUN_CYCLES:
                 raise CycleBudgetError(
-                    f"the simulation passed {MAX_RUN_CYCLES:,} cycles ("
+                    f"the simulation passed {MAX_RUN_CYCLES + 1:,} cycles ("
                     f"{MAX_RUN_CYCLES / self.hw.clock_hz:,.0f} s of this chip's time), the "
                     "longest run the simulator follows; a rate or latency of the hardware is "
                     "probably off by a unit prefix")

@@ -15,6 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from ..errors import quote
 from ..units import DTYPE_BYTES
 
 FLOAT_DTYPES = ("fp16", "bf16", "fp32")
@@ -51,8 +52,8 @@ def _int_dtype(value: Any) -> str:
 
 
 def _dtype(value: Any) -> str:
-    if value not in DTYPE_BYTES:
-        raise ValueError(f"{value!r} is not a dtype (dtypes: {', '.join(DTYPE_BYTES)})")
+    if not isinstance(value, str) or value not in DTYPE_BYTES:
+        raise ValueError(f"{quote(value)} is not a dtype (dtypes: {', '.join(DTYPE_BYTES)})")
     return value
 
 

@@ -61,10 +61,10 @@ def chain_slots(ops: list[Op], tensors: dict[str, Tensor], seeds: tuple[str, ...
         before_rowwise = before_rowwise and not OPS[op.op].rowwise
         cols = (block_cols or tile_cols) if before_rowwise else tile_cols
         for name in op.inputs:
-            if name not in values and f"in:{name}" not in slots:
+            if name not in values:      # an input two ops read takes the larger of their tiles
                 region = broadcast_region(tensors[name], 0, tile_rows, 0, cols)
-                slots[f"in:{name}"] = round_up(region_bytes(region, tensors[name]),
-                                               UB_ALIGN_BYTES)
+                slots[f"in:{name}"] = max(slots.get(f"in:{name}", 0), round_up(
+                    region_bytes(region, tensors[name]), UB_ALIGN_BYTES))
     return slots
 
 

@@ -56,6 +56,7 @@ def lower(workload: Workload, plan: Plan) -> Program:
     _refuse_if_over_capacity(workload, roles)
     lowered, problems = [], []
     chunks: dict = {}       # K chunks built so far, shared by matmuls of one shape and tiling
+    total = 0
     for kernel in plan.kernels:
         try:
             if kernel.gemms:
@@ -64,6 +65,13 @@ def lower(workload: Workload, plan: Plan) -> Program:
                 lowered.append(lower_vector(kernel, workload, workload.hardware))
         except TilingError as exc:
             problems.append(str(exc))
+            continue
+        total += lowered[-1].instruction_count
+        if total > MAX_INSTRUCTIONS:
+            raise TilingError(f"{workload.source}: the kernels up to '{kernel.name}' already "
+                              f"need {total:,} instructions, more than the "
+                              f"{MAX_INSTRUCTIONS:,} a run can hold in memory; use larger base "
+                              "blocks or a smaller problem")
     if problems:
         lines = [line for problem in problems for line in problem.splitlines()]
         raise TilingError("\n".join(f"{workload.source}: {line}" for line in lines))

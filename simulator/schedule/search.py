@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from ..config.workload import TilingSpec, Workload
-from ..errors import SimulatorError
+from ..errors import SimulatorError, check_count
 from ..graph.fusion import Kernel, Plan, plan_kernels
 from ..graph.ops import OPS, operands_of
 from .epilogue import epilogue_refusal
@@ -42,6 +42,7 @@ STEP_K = (1, 2, 4, 8, 16, 32)
 class KernelTuning:
     kernel: str
     tiling_op: str
+    joined_ops: tuple[str, ...]  # the kernel's other ops: their own tiling entries give way
     default: Tiling
     default_cycles: int
     best: Tiling
@@ -123,7 +124,8 @@ def tune_kernel(kernel: Kernel, workload: Workload, top: int = 4, pool=None) -> 
     jobs = [(workload, kernel, t) for t in trials]
     cycles = list(pool.map(simulate_kernel, jobs)) if pool else list(map(simulate_kernel, jobs))
     best_cycles, best = min(zip(cycles, trials), key=lambda pair: (pair[0], _key(pair[1])))
-    return KernelTuning(kernel.name, kernel.tiling_op, default, cycles[0], best, best_cycles,
+    return KernelTuning(kernel.name, kernel.tiling_op, tuple(op.name for op in kernel.ops[1:]),
+                        default, cycles[0], best, best_cycles,
                         kernel_bound_cycles(kernel, workload), len(legal), len(trials))
 
 
@@ -152,6 +154,8 @@ def tune(workload: Workload, top: int = 4, workers: int = 1,
          on_kernel: Callable[[KernelTuning], None] | None = None) -> list[KernelTuning]:
     """Tune every matmul kernel of the workload's fusion plan; `on_kernel` hears of each
     kernel as it is done (for a progress bar)."""
+    check_count("top", top)
+    check_count("workers", workers)
     plan = plan_kernels(workload)
     kernels = [k for k in plan.kernels if k.gemms]
     if not kernels:
@@ -174,6 +178,8 @@ def tune(workload: Workload, top: int = 4, workers: int = 1,
 def tuned_workload(workload: Workload, results: list[KernelTuning]) -> Workload:
     tiling = dict(workload.tiling)
     for r in results:
+        for name in r.joined_ops:
+            tiling.pop(name, None)
         tiling[r.tiling_op] = spec_of(r.best, f"schedule.tiling.{r.tiling_op}")
     return replace(workload, tiling=tiling)
 

@@ -225,7 +225,10 @@ def plot_sweep(rows: list[dict], fields: list[str], metric: str = "time_us", pat
 
 
 def _sweep_roofline(ax, rows: list[dict], field: str) -> None:
-    if not rows:
+    rows = [r for r in rows if r["arithmetic_intensity"] > 0 and r["achieved_tflops"] > 0]
+    if not rows:            # no point does any FLOPs (only casts, say): none has a place
+        ax.text(0.5, 0.5, "no point does FLOPs:\nnothing to place on the roofline",
+                ha="center", va="center", transform=ax.transAxes, color="grey")
         return
     peak, bw = rows[0]["peak_tflops"], rows[0]["hbm_bandwidth_tbps"]
     ridge = peak / bw
