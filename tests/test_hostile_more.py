@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from simulator.cli import MAX_ERROR_CHARS, main
+from simulator.sweep import FIGURES
 
 from .test_hostile import BASE, HW, edit, op_line
 
@@ -465,8 +466,89 @@ REVIEW_CASES = [
                                       "util_MTE2"], "plot written to p.png", code=0),
 ]
 
+BATCHED_LAYERNORM = """name: t
+hardware: tiny
+params: {m: 48, n: 48, k: 7}
+tensors:
+  a: {shape: [2, m, k]}
+  b: {shape: [2, k, n], kind: weight}
+  bias: {shape: [n], kind: weight}
+  g: {shape: [n], kind: weight}
+ops:
+  - {name: mm, op: batch_matmul, inputs: [a, b], output: c}
+  - {name: o0, op: bias_add, inputs: [c, bias], output: t0}
+  - {name: o1, op: layernorm, inputs: [t0, g, bias], output: t1}
+schedule: {fusion: auto}
+"""
+# a table a user made from a sweep CSV with pandas: an index column, a column of notes
+USER_SWEEP_TABLE = "," + ",".join(["params.m", "error", *FIGURES, "my_notes"]) + "\n"
+HW_MTE3_LOADS = edit("paths: {UB->HBM: 64B/cycle}",                  # MTE3 given a load
+                     "paths: {UB->HBM: 64B/cycle, HBM->L1: 64B/cycle}",
+                     text=edit("HBM->L1: 64B/cycle, ", "", text=HW))
+
+# The third round: a second review of everything above.
+ROUND_THREE_CASES = [
+    case("fused-input-read-by-two-ops", ["run", "w.yaml"], "1 kernels", code=0,
+         files={"w.yaml": BATCHED_LAYERNORM}),
+    case("hw-path-on-the-wrong-engine", ["run", "w.yaml"],
+         "MTE3.paths.HBM->L1: the lowering moves HBM->L1 on MTE2",
+         {"hw.yaml": HW_MTE3_LOADS, "w.yaml": edit("hardware: tiny", "hardware: hw.yaml")}),
+    case("hw-no-drain-to-ub", ["run", "w.yaml", "--set",
+                               "hardware.FIXPIPE.paths={L0C->HBM: 64B/cycle}"],
+         "no engine serves the path L0C->UB"),
+    case("dtype-attr-a-list", ["run", "w.yaml"], "['fp32'] is not a dtype",
+         {"w.yaml": op_line("{name: k, op: cast, inputs: [c], output: d, attrs: {to: [fp32]}}")}),
+    case("fusion-group-nested-list", ["run", "w.yaml"], "is not one of: auto, none",
+         {"w.yaml": BASE + "schedule: {fusion: [[[mm]]]}\n"}),
+    case("plot-folder-is-the-json", ["run", "w.yaml", "--json", "x.json", "--plot", "x.json"],
+         "--plot x.json: is also the file of --json"),
+    case("too-many-instructions-in-all", ["run", "w.yaml"], "a run can hold in memory",
+         {"w.yaml": edit("params: {m: 32, n: 64, k: 64}", "params: {m: 2048, n: 2048, k: 2560}",
+                         BASE + "".join(f"  - {{name: mm{i}, op: matmul, inputs: [a, b], "
+                                        f"output: c{i}}}\n" for i in range(6)))}),
+    case("op-named-default", ["run", "w.yaml"], "'default' is reserved",
+         {"w.yaml": edit("{name: mm,", "{name: default,")}),
+    case("param-look-alike-letter", ["run", "w.yaml"], "of ASCII letters",
+         workload_with("m: 32,", "m: 32, \uff4d: 16,")),
+    case("expression-look-alike-letter", ["run", "w.yaml"], "a shape expression is ASCII",
+         workload_with("[m, k]}", "[\uff4d, k]}")),
+    case("json-empty-name", ["run", "w.yaml", "--json", ""], "an empty name"),
+    case("csv-empty-name", ["sweep", "w.yaml", "--grid", "params.m=16", "--csv", " "],
+         "an empty name"),
+    case("set-twice-different", ["run", "w.yaml", "--set", "params.m=16", "--set",
+                                 "params.m=32"], "params.m is already set to 16"),
+    case("set-and-grid-same-field", ["sweep", "w.yaml", "--set", "params.m=16", "--grid",
+                                     "params.m=32,64"], "params.m is already set to 16"),
+    case("compare-common-and-variant-clash", ["compare", "w.yaml", "--set", "params.m=16",
+                                              "--variant", "params.m=32"], "already set"),
+    case("set-value-with-comment", ["run", "w.yaml", "--set", "name=a # b"],
+         "starts a YAML comment"),
+    case("set-quoted-hash-is-fine", ["run", "w.yaml", "--set", "name='a # b'"],
+         "a # b on tiny", code=0),
+    case("csv-derived-by-the-user", ["sweep", "w.yaml", "--grid", "params.m=16", "--csv",
+                                     "analysis.csv"], "was not written by this simulator",
+         {"analysis.csv": USER_SWEEP_TABLE}),
+    case("exponent-without-point", ["run", "w.yaml", "--set", "hardware.HBM.efficiency=9e-1"],
+         "write 0.9"),
+    case("octal-written-as-such", ["run", "w.yaml"], "t on tiny", code=0,
+         files={"w.yaml": edit("m: 32,", "m: 0o40,")}),
+    case("variant-value-with-commas", ["compare", "w.yaml", "--variant", "schedule.fusion=none",
+                                       "--variant", "schedule.fusion=[[mm, act]]"],
+         "fusion=[[mm, act]]", code=0, files={"w.yaml": WITH_ACT}),
+    case("variant-without-equals", ["compare", "w.yaml", "--variant", "params.m"],
+         "give one or more PATH=VALUE"),
+    case("sweep-plot-every-point-illegal", ["sweep", "w.yaml", "--workers", "1", "--grid",
+                                            "schedule.tiling.mm.base.m=48,64", "--plot",
+                                            "p.png"], "no point is legal", code=0),
+    case("sweep-plot-no-flops", ["sweep", "w.yaml", "--workers", "1", "--grid", "params.m=16,32",
+                                 "--plot", "p.png"], "plot written to p.png", code=0,
+         files={"w.yaml": BASE.split("ops:")[0] + "ops:\n  - {name: k, op: cast, inputs: [a], "
+                "output: d, attrs: {to: fp32}}\n"}),
+]
+
 ALL = (YAML_CASES + NUMBER_CASES + EXPRESSION_CASES + OVERRIDE_CASES + HARDWARE_CASES
-       + DEGENERATE_CASES + SWEEP_CASES + OUTPUT_CASES + CLI_CASES + REVIEW_CASES)
+       + DEGENERATE_CASES + SWEEP_CASES + OUTPUT_CASES + CLI_CASES + REVIEW_CASES
+       + ROUND_THREE_CASES)
 
 
 def make_files(folder: Path, files: dict) -> None:
