@@ -719,3 +719,24 @@ def test_random_grids_never_crash(tmp_path_factory, grids):
     for field, values in grids:
         args += ["--grid", f"{field}={','.join(values)}"]
     assert_clean(*run_quietly(args))
+
+
+def test_api_mistakes_are_clear_errors(tmp_path):
+    """Calling code that passes the wrong kind of argument hears what is wrong at once."""
+    import simulator as sim
+
+    path = tmp_path / "w.yaml"
+    path.write_text(BASE)
+    workload = sim.load_workload(path)
+    mistakes = [
+        (lambda: sim.simulate(str(path)), TypeError, "takes a Workload"),
+        (lambda: sim.simulate(workload, -5), ValueError, "max_cycles must be a positive"),
+        (lambda: sim.simulate(workload, "1000"), ValueError, "max_cycles must be a positive"),
+        (lambda: sim.compare(str(path), []), ValueError, "at least one variant"),
+        (lambda: sim.sweep(str(path), {"params.m": "16"}), TypeError, "non-empty list"),
+        (lambda: sim.sweep(str(path), {"params.m": [16]}, workers=0), ValueError, "workers"),
+        (lambda: sim.tune(workload, top=0), ValueError, "top must be a positive"),
+    ]
+    for call, kind, fragment in mistakes:
+        with pytest.raises(kind, match=fragment):
+            call()
