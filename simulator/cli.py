@@ -293,6 +293,8 @@ def variants_from(overrides: list[str], explicit: list[str]) -> tuple[list, list
     axes'); each --variant adds one variant. Labels are never empty and never repeat."""
     import itertools
 
+    from .config.strict import parse_override
+
     values: dict[str, list[str]] = {}
     for text in overrides:
         path = text.partition("=")[0].strip()
@@ -317,7 +319,7 @@ def variants_from(overrides: list[str], explicit: list[str]) -> tuple[list, list
     variants = list(zip(_labels(combos), combos))
     seen: dict[frozenset, str] = {}
     for label, combo in variants:
-        key = frozenset(combo)
+        key = frozenset(repr(parse_override(part)) for part in combo)   # 16 and 0x10 alike
         if key in seen:
             raise SimulatorError(f"the variant {quote(label)} is given twice; each variant "
                                  "must differ")

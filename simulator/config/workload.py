@@ -8,6 +8,7 @@ is ever passed to `eval`. A division that is not exact is an error.
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,9 @@ class Workload:
 def load_workload(path: str | Path, overrides: list[str] | list[tuple[str, Any]] = ()) -> Workload:
     """Load, override, validate. Overrides starting with 'hardware.' apply to the hardware,
     whose path in the file is relative to the workload file's folder."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"load_workload() takes the path of a workload file, got "
+                        f"{type(path).__name__}")
     pairs = [parse_override(o) if isinstance(o, str) else tuple(o) for o in overrides]
     source = str(path)
     given: dict[str, Any] = {}
@@ -119,7 +123,7 @@ def load_workload(path: str | Path, overrides: list[str] | list[tuple[str, Any]]
     known_params = raw.get("params") if isinstance(raw.get("params"), dict) else {}
     for override_path, value in wl_overrides:
         head, _, param = override_path.partition(".")
-        if head == "params" and param not in known_params:
+        if head == "params" and param and param not in known_params:
             raise ConfigError(source, [
                 f"{OVERRIDE_MARK}{override_label(override_path, value)}: no param "
                 f"{quote(param)} in {source} (params: "
