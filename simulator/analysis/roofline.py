@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.hardware import Hardware
-from ..schedule.program import KernelProgram, Program
+from ..cost import compute_cycles, hbm_cycles
+from ..schedule.program import Program
 
 
 @dataclass(frozen=True)
@@ -29,17 +30,10 @@ class Roofline:
         return max(self.compute_cycles, self.memory_cycles)
 
 
-def kernel_compute_cycles(kernel: KernelProgram, hw: Hardware) -> float:
-    """The Cube and the vector unit work side by side: the busier one bounds the kernel."""
-    cube = kernel.cube_flops / hw.peak_flops_per_cycle(kernel.dtype) if kernel.cube_flops else 0
-    vector = kernel.vector_work_bytes / (hw.vector.bytes_per_cycle * hw.cores)
-    return max(cube, vector)
-
-
 def roofline(program: Program, hw: Hardware) -> Roofline:
-    hbm_peak = hw.memories["HBM"].peak_bytes_per_cycle
-    compute = [kernel_compute_cycles(k, hw) for k in program.kernels]
-    per_kernel = [max(c, (k.compulsory_read_bytes + k.compulsory_write_bytes) / hbm_peak)
+    compute = [compute_cycles(k.cube_flops, k.dtype, k.vector_work_bytes, hw)
+               for k in program.kernels]
+    per_kernel = [max(c, hbm_cycles(k.compulsory_read_bytes + k.compulsory_write_bytes, hw))
                   for c, k in zip(compute, program.kernels)]
-    return Roofline(sum(compute), program.compulsory_hbm_bytes / hbm_peak,
+    return Roofline(sum(compute), hbm_cycles(program.compulsory_hbm_bytes, hw),
                     program.compulsory_hbm_bytes, per_kernel)

@@ -6,8 +6,7 @@ model. The benchmark uses it to show what the event rate of a process per pipe w
 
 from __future__ import annotations
 
-import math
-
+from ..cost import transfer_cycles
 from .world import KernelSpan, PipeLog, World, _GlobalTransfer
 
 
@@ -56,8 +55,8 @@ class ProcessPerPipeWorld(World):
             elif instr.src is None:
                 yield env.timeout(instr.cycles)
             else:
-                latency, rate = self.routes[(instr.src, instr.dst)]
-                yield env.timeout(latency + math.ceil(instr.nbytes / rate))
+                yield env.timeout(transfer_cycles(instr.nbytes,
+                                                  *self.routes[(instr.src, instr.dst)]))
             for flag_id in instr.sets:
                 count_and_waiters = flags[flag_id]
                 if count_and_waiters[1]:

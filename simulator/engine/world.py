@@ -34,6 +34,7 @@ import numpy as np
 import simpy
 
 from ..config.hardware import Hardware
+from ..cost import transfer_cycles
 from ..errors import SimulatorError
 from ..schedule.program import CoreProgram, Instr, Program
 from .bandwidth import SharedChannel
@@ -329,8 +330,7 @@ class World:
         on-chip move its engine's start latency, then its bytes at the engine's rate."""
         if instr.src is None:
             return instr.cycles
-        latency, rate = self.routes[(instr.src, instr.dst)]
-        return latency + math.ceil(instr.nbytes / rate)
+        return transfer_cycles(instr.nbytes, *self.routes[(instr.src, instr.dst)])
 
     def _landed(self, state: _CoreState, pipe: _Pipe, wait_data: int, wait_slot: int,
                 transfer: _GlobalTransfer) -> None:

@@ -18,6 +18,7 @@ import math
 
 from ..config.hardware import Hardware
 from ..config.workload import Op, Tensor, Workload
+from ..cost import vector_op_cycles
 from ..graph.ops import DTYPE_BYTES, OPS
 from .program import CoreProgram, Instr, Region, SlotRing, transfer
 from .tiling import TilingError, gemm_shape, resolve_tiling, round_up
@@ -177,11 +178,9 @@ class VectorChain:
         out = self.tensors[op.output]
         elems = (r1 - r0) * (c1 - c0)
         widest = max(DTYPE_BYTES[self.tensors[n].dtype] for n in (*op.inputs, op.output))
-        factor = self.hw.vector.cost_factor[spec.cost_class]
         instr = Instr("VECTOR", f"{op.op} {op.output}[{r0}:{r1}, {c0}:{c1}]",
                       nbytes=elems * DTYPE_BYTES[out.dtype],
-                      cycles=self.hw.vector.latency_cycles + math.ceil(
-                          elems * widest * factor / self.hw.vector.bytes_per_cycle))
+                      cycles=vector_op_cycles(self.hw.vector, elems, widest, spec.cost_class))
         reads = []
         chain_inputs = list(dict.fromkeys(n for n in op.inputs if n in self.slot_of))
         for name in op.inputs:

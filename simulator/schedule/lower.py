@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from ..config.hardware import Hardware
 from ..config.workload import Workload
+from ..cost import cube_call_cycles, vector_work
 from ..errors import SimulatorError
 from ..graph.fusion import Kernel, Plan
 from ..graph.ops import DTYPE_BYTES, OPS, operands_of
@@ -39,7 +40,6 @@ from .tiling import (
     Tiling,
     TilingError,
     buffer_needs,
-    cube_cycles,
     gemm_shape,
     resolve_tiling,
     round_up,
@@ -167,7 +167,8 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
     return KernelProgram(
         kernel.name, tuple(op.name for op in kernel.ops), kernel.fused, "cube", shape.dtype,
         _flops(kernel.ops, tensors), cores, t.to_dict(), sum(tensors[n].nbytes for n in ins),
-        tensors[kernel.output].nbytes, plan, vector_work_bytes=_vector_work(kernel, workload, hw),
+        tensors[kernel.output].nbytes, plan,
+        vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector),
         cube_flops=_flops(kernel.gemms, tensors), gemms=len(kernel.gemms))
 
 
@@ -331,10 +332,8 @@ class _MatmulCore:
             if first_k:
                 acc_slots = []
             for gemm, acc in enumerate(self.l0_c):
-                mmad = Instr("CUBE", f"mmad {rows}x{cols}x{depth}", cycles=(
-                    self.hw.cube.latency_cycles + cube_cycles(round_up(rows, fm),
-                                                              round_up(cols, fn), depth,
-                                                              self.fractal)),
+                mmad = Instr("CUBE", f"mmad {rows}x{cols}x{depth}", cycles=cube_call_cycles(
+                    self.hw.cube, round_up(rows, fm), round_up(cols, fn), depth, self.fractal),
                     reads=(("L0A", a_bytes), ("L0B", b_bytes)),
                     writes=(("L0C", round_up(rows, fm) * round_up(cols, fn)
                              * ACCUMULATOR_BYTES),))
@@ -442,15 +441,10 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
     return KernelProgram(
         kernel.name, tuple(op.name for op in ops), kernel.fused, "vector", out.dtype,
         _flops(ops, tensors), cores, None, sum(tensors[n].nbytes for n in ins), out.nbytes,
-        {"UB": ub_need(tile_rows, tile_cols)}, vector_work_bytes=_vector_work(kernel, workload, hw))
+        {"UB": ub_need(tile_rows, tile_cols)},
+        vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector))
 
 
 def _flops(ops, tensors) -> int:
     return sum(OPS[op.op].flops(operands_of(op, tensors), op.attrs) for op in ops)
-
-
-def _vector_work(kernel: Kernel, workload: Workload, hw: Hardware) -> float:
-    """Bytes × cost factor of the kernel's vector ops, for the roofline's compute bound."""
-    return sum(OPS[op.op].vector_work_bytes(operands_of(op, workload.tensors), op.attrs)
-               * hw.vector.cost_factor[OPS[op.op].cost_class] for op in kernel.epilogue)
 

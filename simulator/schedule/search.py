@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from ..config.workload import TilingSpec, Workload
+from ..cost import compute_cycles, hbm_cycles, vector_work
 from ..errors import SimulatorError, check_count
 from ..graph.fusion import Kernel, Plan, plan_kernels
 from ..graph.ops import OPS, operands_of
@@ -133,16 +134,13 @@ def kernel_bound_cycles(kernel: Kernel, workload: Workload) -> float:
     """The kernel's roofline: its Cube or vector work at peak, or its inputs and output at
     peak HBM bandwidth, whichever is longer (launch overhead not included)."""
     hw, tensors = workload.hardware, workload.tensors
-    operands = {op.name: operands_of(op, tensors) for op in kernel.ops}
-    cube = sum(OPS[op.op].flops(operands[op.name], op.attrs) for op in kernel.gemms) \
-        / hw.peak_flops_per_cycle(tensors[kernel.gemms[0].inputs[0]].dtype)
-    vector = sum(OPS[op.op].vector_work_bytes(operands[op.name], op.attrs)
-                 * hw.vector.cost_factor[OPS[op.op].cost_class] for op in kernel.epilogue) \
-        / (hw.vector.bytes_per_cycle * hw.cores)
+    flops = sum(OPS[op.op].flops(operands_of(op, tensors), op.attrs) for op in kernel.gemms)
+    compute = compute_cycles(flops, tensors[kernel.gemms[0].inputs[0]].dtype,
+                             vector_work(kernel.epilogue, tensors, hw.vector), hw)
     produced = {op.output for op in kernel.ops}
     inputs = {n for op in kernel.ops for n in op.inputs} - produced
     moved = sum(tensors[n].nbytes for n in inputs) + tensors[kernel.output].nbytes
-    return max(cube, vector, moved / hw.memories["HBM"].peak_bytes_per_cycle)
+    return max(compute, hbm_cycles(moved, hw))
 
 
 def _key(t: Tiling) -> tuple:

@@ -11,11 +11,11 @@ for twice the block, at the price of the Cube waiting while a block drains),
 
 from __future__ import annotations
 
-import math
 from dataclasses import asdict, dataclass
 
 from ..config.hardware import ACCUMULATOR_BYTES, Hardware
 from ..config.workload import TilingSpec
+from ..cost import cube_call_cycles
 from ..errors import SimulatorError
 from ..units import format_size
 
@@ -238,8 +238,8 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
     k_blocks = -(-shape.k // t.base_k)
     blocks = batch * m_blocks * n_blocks
     rows = min(t.base_m, shape.m)
-    cube = blocks * k_blocks * g * (hw.cube.latency_cycles + cube_cycles(
-        rows, t.base_n, t.base_k, hw.cube.fractal[shape.dtype]))
+    cube = blocks * k_blocks * g * cube_call_cycles(hw.cube, rows, t.base_n, t.base_k,
+                                                    hw.cube.fractal[shape.dtype])
     mte1_latency, rate_a = _route(hw, "L1", "L0A")
     _, rate_b = _route(hw, "L1", "L0B")
     mte1 = blocks * k_blocks * (mte1_latency + round_up(rows, fm) * t.base_k * shape.a_bytes
@@ -296,9 +296,3 @@ def _hbm_bytes(shape: MatmulShape, hw: Hardware, m_blocks: int, n_blocks: int) -
 def _route(hw: Hardware, src: str, dst: str) -> tuple[int, float]:
     engine, rate = hw.route(src, dst)
     return engine.latency_cycles, rate
-
-
-def cube_cycles(m: int, n: int, k: int, fractal: tuple[int, int, int]) -> int:
-    """Cycles of one Cube call: one fractal step per cycle, partial fractals padded."""
-    fm, fn, fk = fractal
-    return math.ceil(m / fm) * math.ceil(n / fn) * math.ceil(k / fk)

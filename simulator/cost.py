@@ -1,0 +1,68 @@
+"""The timing rules of the model, each stated once.
+
+The engine and its reference twin time instructions with these rules, the lowering
+sets the cycles of each compute instruction with them, and the analytic side (the
+roofline, the tuner's estimate and its kernel bound) reasons with the same rules. A
+change to a mechanism is made here and reaches all of them.
+
+  a move:        its engine's start-up, then its bytes at the path's rate (a move through
+                 a shared memory also shares that memory's bandwidth: engine/bandwidth.py);
+  a Cube call:   the Cube's pipeline fill, then one fractal step per cycle, partial
+                 fractals padded;
+  a vector op:   the unit's start-up, then elements × the widest operand's bytes × the
+                 op class's cost factor at the unit's rate;
+  a kernel's bound: the busier of the Cube (FLOPs at peak) and the vector unit (its work
+                 at its rate on every core), against its bytes at peak HBM bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .config.hardware import Cube, Hardware, Vector
+from .config.workload import Op, Tensor
+from .graph.ops import OPS, operands_of
+
+
+def transfer_cycles(nbytes: int, latency_cycles: int, bytes_per_cycle: float) -> int:
+    """A move alone on its path: the engine's start-up, then its bytes at the path's rate."""
+    return latency_cycles + math.ceil(nbytes / bytes_per_cycle)
+
+
+def fractal_steps(m: int, n: int, k: int, fractal: tuple[int, int, int]) -> int:
+    """Fractal steps of an m × n × k product: one per cycle, partial fractals padded."""
+    fm, fn, fk = fractal
+    return math.ceil(m / fm) * math.ceil(n / fn) * math.ceil(k / fk)
+
+
+def cube_call_cycles(cube: Cube, m: int, n: int, k: int, fractal: tuple[int, int, int]) -> int:
+    """One Cube call (Mmad): the pipeline fill, then its fractal steps."""
+    return cube.latency_cycles + fractal_steps(m, n, k, fractal)
+
+
+def vector_op_cycles(vector: Vector, elements: int, widest_bytes: int, cost_class: str) -> int:
+    """One vector instruction over `elements` values whose widest operand has
+    `widest_bytes` per value."""
+    return vector.latency_cycles + math.ceil(
+        elements * widest_bytes * vector.cost_factor[cost_class] / vector.bytes_per_cycle)
+
+
+def vector_work(ops: tuple[Op, ...] | list[Op], tensors: dict[str, Tensor],
+                vector: Vector) -> float:
+    """Bytes × cost factor of vector ops: their work in bytes at the unit's plain rate."""
+    return sum(OPS[op.op].vector_work_bytes(operands_of(op, tensors), op.attrs)
+               * vector.cost_factor[OPS[op.op].cost_class] for op in ops)
+
+
+def compute_cycles(cube_flops: int, dtype: str, vector_work_bytes: float,
+                   hw: Hardware) -> float:
+    """A kernel's compute bound: the Cube and the vector unit work side by side on every
+    core, so the busier one bounds it."""
+    cube = cube_flops / hw.peak_flops_per_cycle(dtype) if cube_flops else 0
+    vector = vector_work_bytes / (hw.vector.bytes_per_cycle * hw.cores)
+    return max(cube, vector)
+
+
+def hbm_cycles(nbytes: float, hw: Hardware) -> float:
+    """Bytes at peak HBM bandwidth: the memory bound of moving them."""
+    return nbytes / hw.memories["HBM"].peak_bytes_per_cycle
