@@ -68,3 +68,19 @@ def test_the_lowering_and_the_roofline_use_the_rules(tmp_path, tiny):
     roof = report["roofline"]
     assert roof["compute_cycles"] == pytest.approx(compute)
     assert roof["memory_cycles"] == hbm_cycles(roof["compulsory_hbm_bytes"], tiny)
+
+
+def test_a_run_saturating_an_engine_is_memory_bound_by_it_not_latency_bound(tiny):
+    """16x16x16 blocks re-fetch A and B for every block they meet: MTE2 moves far more than
+    the compulsory bytes, and its own rate (64 B/cycle a core) holds the run back, although
+    neither the Cube nor HBM is near its peak. The old two-roof bound said 'latency'."""
+    from .helpers import matmul_workload
+
+    workload = matmul_workload(tiny, 128, 128, 256, tiling={"base": {"m": 16, "n": 16, "k": 16}})
+    report = simulate(workload).to_dict()
+    ceilings = report["roofline"]["ceiling_cycles"]
+    # MTE2 carries every byte into L1, at 64 B/cycle on each of the 2 cores
+    assert ceilings["MTE2"] == report["traffic"]["L1"]["write_bytes"] / (64 * 2)
+    assert report["binding"] == "MTE2" and report["bound"] == "memory"
+    assert ceilings["MTE2"] / report["cycles"] >= 0.5
+    assert max(ceilings["cube"], ceilings["hbm"]) / report["cycles"] < 0.5

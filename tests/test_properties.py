@@ -94,6 +94,12 @@ def check_physics(tiny, case, epilogue):
     # utilizations are fractions
     assert all(0 <= u <= 1 for u in report["utilization"].values())
 
+    # every ceiling is a lower bound on the run; the binding one is the highest
+    ceilings = report["roofline"]["ceiling_cycles"]
+    assert all(0 <= c <= report["cycles"] for c in ceilings.values()), ceilings
+    assert ceilings[report["binding"]] == max(ceilings.values())
+    assert ceilings["hbm"] >= report["roofline"]["memory_cycles"] - 1e-9
+
 
 @settings(max_examples=15, deadline=None)
 @given(case=cases(64, 64, 96))

@@ -13,7 +13,8 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any
 
-from ..config.hardware import BUFFERS, Hardware
+from ..config.hardware import BUFFERS, ENGINES, Hardware
+from ..cost import hbm_cycles
 from ..engine.world import InvariantError, PipeLog, Trace
 from ..schedule.lower import footprint_bytes
 from ..schedule.program import PIPES, Program
@@ -27,8 +28,12 @@ from .roofline import Roofline, roofline
 #                     with other transfers, or waiting for another core's fetch of the same data
 STALL_CAUSES = ("data", "buffer_slot", "shared_bandwidth")
 LEVELS = ("HBM", "L2", *BUFFERS)
-# Fraction of the simulated time under which neither compute nor HBM is the limit.
+# A run is latency-bound when no ceiling takes this much of its time: no unit, memory or
+# engine is near saturation, so fixed costs (start-ups, launches, pipeline fill) dominate.
 LATENCY_BOUND_BELOW = 0.5
+# The ceilings a run is held against, and the kind of bound each one makes.
+COMPUTE_CEILINGS = ("cube", "vector")
+MEMORY_CEILINGS = ("hbm", "l2", *ENGINES)
 UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}
 # The keys of a report's utilization, in order: each pipe's unit, then the shared memories.
 UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
@@ -91,7 +96,11 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     logs_of = [[] for _ in program.kernels]
     for log in trace.pipes:
         logs_of[log.kernel].append(log)
-    kernel_traffic = [_tally(logs, busy, stalls, per_tensor) for logs in logs_of]
+    rates = {path: rate for engine in hw.engines.values()
+             for path, rate in engine.path_bytes_per_cycle.items()}
+    engine_cycles = dict.fromkeys(ENGINES, 0.0)
+    kernel_traffic = [_tally(logs, busy, stalls, per_tensor, rates, engine_cycles)
+                      for logs in logs_of]
     traffic = {level: {key: sum(t[level][key] for t in kernel_traffic)
                        for key in ("read_bytes", "write_bytes")} for level in LEVELS}
     traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses)
@@ -105,12 +114,12 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
 
     peak_tflops = _peak_tflops(program, hw)
     achieved_tflops = flops / time_s / 1e12
-    compute_share = bound.compute_cycles / cycles
-    memory_share = bound.memory_cycles / cycles
-    if max(compute_share, memory_share) < LATENCY_BOUND_BELOW:
+    ceilings = _ceilings(program, hw, traffic, engine_cycles)
+    binding = max(ceilings, key=lambda name: ceilings[name])     # first of equals: in order
+    if ceilings[binding] / cycles < LATENCY_BOUND_BELOW or binding == "launch":
         bound_kind = "latency"
     else:
-        bound_kind = "compute" if compute_share >= memory_share else "memory"
+        bound_kind = "compute" if binding in COMPUTE_CEILINGS else "memory"
 
     middle = [e for e in per_tensor.values() if e["role"] == "intermediate"]
     intermediates = {key: sum(e[key] for e in middle) for key in
@@ -142,12 +151,14 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
         "hbm_bandwidth_tbps": hbm.peak_bytes_per_cycle * hw.clock_hz / 1e12,
         "achieved_hbm_tbps": hbm_bytes / time_s / 1e12,
         "bound": bound_kind,
+        "binding": binding,
         "roofline": {
             "compute_cycles": bound.compute_cycles,
             "memory_cycles": bound.memory_cycles,
             "bound_cycles": bound.bound_cycles,
             "efficiency": bound.bound_cycles / cycles,
             "compulsory_hbm_bytes": bound.compulsory_bytes,
+            "ceiling_cycles": ceilings,
         },
         "traffic": traffic,
         "tensors": per_tensor,
@@ -194,10 +205,30 @@ def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: 
                                  " more than came from global memory")
 
 
-def _tally(logs: list[PipeLog], busy: dict, stalls: dict,
-           per_tensor: dict) -> dict[str, dict[str, int]]:
+def _ceilings(program: Program, hw: Hardware, traffic: dict,
+              engine_cycles: dict[str, float]) -> dict[str, float]:
+    """The least time each resource needs for the work this run gave it, spread evenly over
+    the cores: the Cube's FLOPs and the vector unit's work at peak, the bytes HBM and L2
+    actually served at their peak bandwidth, each engine's bytes at its own paths' rates,
+    and the kernel launches in series. The largest is the ceiling the run is held to."""
+    per_core = hw.vector.bytes_per_cycle * hw.cores
+    return {
+        "cube": sum(k.cube_flops / hw.peak_flops_per_cycle(k.dtype)
+                    for k in program.kernels if k.cube_flops),
+        "vector": sum(k.vector_work_bytes for k in program.kernels) / per_core,
+        "hbm": hbm_cycles(traffic["HBM"]["read_bytes"] + traffic["HBM"]["write_bytes"], hw),
+        "l2": traffic["L2"]["read_bytes"] / hw.memories["L2"].peak_bytes_per_cycle,
+        **{engine: cycles / hw.cores for engine, cycles in engine_cycles.items()},
+        "launch": float(hw.launch_overhead_cycles * len(program.kernels)),
+    }
+
+
+def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,
+           rates: dict[tuple[str, str], float],
+           engine_cycles: dict[str, float]) -> dict[str, dict[str, int]]:
     """One pass over one kernel's pipe logs: returns the bytes read from and written to each
-    level, and adds to the busy cycles and stalls per pipe and the traffic per tensor.
+    level, and adds to the busy cycles and stalls per pipe, the traffic per tensor and each
+    engine's cycles of moving bytes at its paths' own rates (no start-ups, no sharing).
 
     The bytes an instruction names are counted once per distinct instruction, times the times
     it ran (the lowering reuses one instruction on every core and block). A global read is
@@ -225,6 +256,8 @@ def _tally(logs: list[PipeLog], busy: dict, stalls: dict,
             elif entry is not None:
                 entry["hbm_write_bytes"] += instr.nbytes
     for instr, times in ran.items():
+        if instr.src is not None:
+            engine_cycles[instr.pipe] += times * instr.nbytes / rates[instr.src, instr.dst]
         for level, nbytes in instr.reads:
             if level != "HBM":      # how much came over HBM is in the log, above
                 traffic[level]["read_bytes"] += times * nbytes

@@ -106,7 +106,22 @@ def explain(d: dict) -> list[str]:
     roof = d["roofline"]
     stalls = d["stalls"]
     out = []
-    if d["bound"] == "memory":
+    binding = d.get("binding", "hbm")
+    nearest = roof.get("ceiling_cycles", {}).get(binding, 0.0)
+    if d["bound"] == "memory" and binding != "hbm":
+        what = "L2" if binding == "l2" else binding
+        moved = ("serving L2 hits and fills at L2's peak bandwidth" if binding == "l2" else
+                 f"moving its bytes at its own path rates on all {d['cores']} cores")
+        out.append(f"Why: memory-bound, by {what}: {moved} takes at least "
+                   f"{nearest * us:,.1f} µs ({nearest / d['cycles'] * 100:.0f}% of the run), "
+                   f"more than the Cube's {roof['compute_cycles'] * us:,.1f} µs or HBM's "
+                   f"{roof['ceiling_cycles']['hbm'] * us:,.1f} µs for the bytes it served.")
+        if binding in ("MTE2", "l2"):
+            served = d["traffic"]["L2"]["read_bytes"], d["traffic"]["HBM"]["read_bytes"]
+            out.append(f"     Each operand block is fetched again for every block it meets, "
+                       f"so larger base blocks move fewer bytes (L2 served "
+                       f"{fmt_bytes(served[0])}, HBM {fmt_bytes(served[1])}).")
+    elif d["bound"] == "memory":
         by_role: dict[str, int] = {}
         for t in d["tensors"].values():
             by_role[t["role"]] = by_role.get(t["role"], 0) + t["hbm_read_bytes"]
@@ -134,9 +149,10 @@ def explain(d: dict) -> list[str]:
                    f"take {vector_us:,.1f} µs and launches "
                    f"{d['launch_overhead_cycles'] * us:,.1f} µs during which the Cube is idle.")
     else:
-        out.append("Why: latency-bound. Neither the Cube nor HBM is near its peak: fixed costs "
-                   f"(launches {d['launch_overhead_cycles']:,} cycles, DMA start-up, pipeline "
-                   "fill) dominate.")
+        out.append("Why: latency-bound. No unit, memory or engine is near its peak (the "
+                   f"nearest, {binding}, needs {nearest / d['cycles'] * 100:.0f}% of the run): "
+                   f"fixed costs (launches {d['launch_overhead_cycles']:,} cycles, DMA start-up, "
+                   "pipeline fill) dominate.")
     out.append(f"     Simulated time is {1 / roof['efficiency']:.2f}x the roofline bound.")
     return out
 
