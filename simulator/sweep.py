@@ -22,13 +22,13 @@ from .config.strict import YamlLimitError, parse_yaml
 from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, check_count, quote
 
 # Report figures that become columns of a sweep row, flattened to one level.
-METRICS = ("time_us", "cycles", "bound", "flops", "achieved_tflops", "peak_tflops",
+METRICS = ("time_us", "cycles", "bound", "binding", "flops", "achieved_tflops", "peak_tflops",
            "mac_utilization", "achieved_hbm_tbps", "hbm_bandwidth_tbps", "roofline_efficiency",
            "roofline_bound_us", "compute_bound_us", "memory_bound_us", "arithmetic_intensity",
            "hbm_read_bytes", "hbm_write_bytes", "l2_hit_bytes", "launch_overhead_us", "kernels",
            "instructions")
 FIGURES = (*METRICS, *(f"util_{unit}" for unit in UTILIZATION_KEYS))   # a row after its point
-PLOTTABLE = tuple(figure for figure in FIGURES if figure != "bound")     # the numbers
+PLOTTABLE = tuple(f for f in FIGURES if f not in ("bound", "binding"))   # the numbers
 
 
 # Beyond this many points a sweep asks for --yes (the CLI) before it starts.
@@ -149,7 +149,7 @@ def row_of(point: dict[str, Any], report: dict | None, error: str = "") -> dict[
     roof = report["roofline"]
     hbm = report["traffic"]["HBM"]
     moved = hbm["read_bytes"] + hbm["write_bytes"]
-    row.update({key: report[key] for key in ("time_us", "cycles", "bound", "flops",
+    row.update({key: report[key] for key in ("time_us", "cycles", "bound", "binding", "flops",
                                              "achieved_tflops", "peak_tflops", "mac_utilization",
                                              "achieved_hbm_tbps", "hbm_bandwidth_tbps",
                                              "instructions")})
