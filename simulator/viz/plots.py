@@ -64,6 +64,7 @@ def plot_roofline(reports, path=None, labels=None):
         ax.scatter(x, y, s=25, color="#4C72B0", alpha=0.7, zorder=3)
         if len(kernel_points) <= 12:
             ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
+    _ceiling_ladder(ax, first, points[0][0])
     star_colors = ("#C44E52", "#DD8452", "#8172B2", "#55A868", "#937860", "#DA8BC3")
     for index, ((x, y), label) in enumerate(zip(points, labels)):
         ax.scatter(x, y, s=140, marker="*", color=star_colors[index % len(star_colors)],
@@ -77,6 +78,23 @@ def plot_roofline(reports, path=None, labels=None):
     ax.grid(True, which="both", alpha=0.2)
     return _finish(fig, path)
 
+
+
+def _ceiling_ladder(ax, report: dict, x: float) -> None:
+    """The run's ceilings as the TFLOPS each would allow it alone (its FLOPs over the
+    ceiling's time): short bars over the run's star; the lowest is the binding one."""
+    ceilings = report["roofline"].get("ceiling_cycles", {})
+    us = 1e-3 / report["clock_ghz"]
+    for name, cycles in ceilings.items():
+        if not cycles or not report["flops"] or name == "launch":
+            continue
+        cap = report["flops"] / (cycles * us) / 1e6
+        binding = name == report.get("binding")
+        ax.plot([x / 2.5, x * 2.5], [cap, cap], color="#C44E52" if binding else "grey",
+                lw=2 if binding else 1, ls="-" if binding else ":", zorder=2)
+        ax.annotate(name + (" (binds)" if binding else ""), (x * 2.5, cap), fontsize=7,
+                    color="#C44E52" if binding else "grey", va="center",
+                    textcoords="offset points", xytext=(3, 0))
 
 def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
     """One row per pipe of each chosen core: busy slices in the pipe's colour, the wait before
