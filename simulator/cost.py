@@ -54,15 +54,23 @@ def vector_work(ops: tuple[Op, ...] | list[Op], tensors: dict[str, Tensor],
                * vector.cost_factor[OPS[op.op].cost_class] for op in ops)
 
 
+def cube_peak_cycles(cube_flops: int, dtype: str, hw: Hardware) -> float:
+    """FLOPs at the Cube's peak rate for the dtype on every core."""
+    return cube_flops / hw.peak_flops_per_cycle(dtype) if cube_flops else 0
+
+
+def vector_peak_cycles(vector_work_bytes: float, hw: Hardware) -> float:
+    """Vector work (bytes × cost factor) at the vector unit's rate on every core."""
+    return vector_work_bytes / (hw.vector.bytes_per_cycle * hw.cores)
+
+
 def compute_cycles(cube_flops: int, dtype: str, vector_work_bytes: float,
                    hw: Hardware) -> float:
     """A kernel's compute bound: the Cube and the vector unit work side by side on every
     core, so the busier one bounds it."""
-    cube = cube_flops / hw.peak_flops_per_cycle(dtype) if cube_flops else 0
-    vector = vector_work_bytes / (hw.vector.bytes_per_cycle * hw.cores)
-    return max(cube, vector)
+    return max(cube_peak_cycles(cube_flops, dtype, hw), vector_peak_cycles(vector_work_bytes, hw))
 
 
-def hbm_cycles(nbytes: float, hw: Hardware) -> float:
-    """Bytes at peak HBM bandwidth: the memory bound of moving them."""
-    return nbytes / hw.memories["HBM"].peak_bytes_per_cycle
+def memory_cycles(nbytes: float, hw: Hardware, level: str = "HBM") -> float:
+    """Bytes at a shared memory's peak bandwidth: the memory bound of moving them."""
+    return nbytes / hw.memories[level].peak_bytes_per_cycle

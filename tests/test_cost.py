@@ -8,7 +8,7 @@ from simulator.cost import (
     compute_cycles,
     cube_call_cycles,
     fractal_steps,
-    hbm_cycles,
+    memory_cycles,
     transfer_cycles,
     vector_op_cycles,
 )
@@ -44,7 +44,7 @@ def test_a_kernels_bound_is_its_busier_unit_or_its_bytes(tiny):
     assert compute_cycles(16_384 * 100, "fp16", 0.0, tiny) == 100
     assert compute_cycles(0, "fp16", 64 * 2 * 50, tiny) == 50     # 64 B/cycle on 2 cores
     assert compute_cycles(16_384 * 10, "fp16", 64 * 2 * 50, tiny) == 50
-    assert hbm_cycles(6400, tiny) == 100                          # 64 B/cycle
+    assert memory_cycles(6400, tiny) == 100                          # 64 B/cycle
 
 
 def test_the_lowering_and_the_roofline_use_the_rules(tmp_path, tiny):
@@ -67,7 +67,7 @@ def test_the_lowering_and_the_roofline_use_the_rules(tmp_path, tiny):
         0, "fp16", sum(k.vector_work_bytes for k in program.kernels), tiny)
     roof = report["roofline"]
     assert roof["compute_cycles"] == pytest.approx(compute)
-    assert roof["memory_cycles"] == hbm_cycles(roof["compulsory_hbm_bytes"], tiny)
+    assert roof["memory_cycles"] == memory_cycles(roof["compulsory_hbm_bytes"], tiny)
 
 
 def test_a_run_saturating_an_engine_is_memory_bound_by_it_not_latency_bound(tiny):

@@ -14,7 +14,7 @@ from operator import attrgetter
 from typing import Any
 
 from ..config.hardware import BUFFERS, ENGINES, Hardware
-from ..cost import hbm_cycles
+from ..cost import cube_peak_cycles, memory_cycles, vector_peak_cycles
 from ..engine.world import InvariantError, PipeLog, Trace
 from ..schedule.lower import footprint_bytes
 from ..schedule.program import PIPES, Program
@@ -31,9 +31,8 @@ LEVELS = ("HBM", "L2", *BUFFERS)
 # A run is latency-bound when no ceiling takes this much of its time: no unit, memory or
 # engine is near saturation, so fixed costs (start-ups, launches, pipeline fill) dominate.
 LATENCY_BOUND_BELOW = 0.5
-# The ceilings a run is held against, and the kind of bound each one makes.
+# The ceilings that make a run compute-bound; the others (memories, engines) memory-bound.
 COMPUTE_CEILINGS = ("cube", "vector")
-MEMORY_CEILINGS = ("hbm", "l2", *ENGINES)
 UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}
 # The keys of a report's utilization, in order: each pipe's unit, then the shared memories.
 UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
@@ -211,13 +210,11 @@ def _ceilings(program: Program, hw: Hardware, traffic: dict,
     the cores: the Cube's FLOPs and the vector unit's work at peak, the bytes HBM and L2
     actually served at their peak bandwidth, each engine's bytes at its own paths' rates,
     and the kernel launches in series. The largest is the ceiling the run is held to."""
-    per_core = hw.vector.bytes_per_cycle * hw.cores
     return {
-        "cube": sum(k.cube_flops / hw.peak_flops_per_cycle(k.dtype)
-                    for k in program.kernels if k.cube_flops),
-        "vector": sum(k.vector_work_bytes for k in program.kernels) / per_core,
-        "hbm": hbm_cycles(traffic["HBM"]["read_bytes"] + traffic["HBM"]["write_bytes"], hw),
-        "l2": traffic["L2"]["read_bytes"] / hw.memories["L2"].peak_bytes_per_cycle,
+        "cube": sum(cube_peak_cycles(k.cube_flops, k.dtype, hw) for k in program.kernels),
+        "vector": vector_peak_cycles(sum(k.vector_work_bytes for k in program.kernels), hw),
+        "hbm": memory_cycles(traffic["HBM"]["read_bytes"] + traffic["HBM"]["write_bytes"], hw),
+        "l2": memory_cycles(traffic["L2"]["read_bytes"], hw, "L2"),
         **{engine: cycles / hw.cores for engine, cycles in engine_cycles.items()},
         "launch": float(hw.launch_overhead_cycles * len(program.kernels)),
     }

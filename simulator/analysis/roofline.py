@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..config.hardware import Hardware
-from ..cost import compute_cycles, hbm_cycles
+from ..cost import compute_cycles, memory_cycles
 from ..schedule.program import Program
 
 
@@ -33,7 +33,7 @@ class Roofline:
 def roofline(program: Program, hw: Hardware) -> Roofline:
     compute = [compute_cycles(k.cube_flops, k.dtype, k.vector_work_bytes, hw)
                for k in program.kernels]
-    per_kernel = [max(c, hbm_cycles(k.compulsory_read_bytes + k.compulsory_write_bytes, hw))
+    per_kernel = [max(c, memory_cycles(k.compulsory_read_bytes + k.compulsory_write_bytes, hw))
                   for c, k in zip(compute, program.kernels)]
-    return Roofline(sum(compute), hbm_cycles(program.compulsory_hbm_bytes, hw),
+    return Roofline(sum(compute), memory_cycles(program.compulsory_hbm_bytes, hw),
                     program.compulsory_hbm_bytes, per_kernel)

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from ..config.workload import TilingSpec, Workload
-from ..cost import compute_cycles, hbm_cycles, vector_work
+from ..cost import compute_cycles, memory_cycles, vector_work
 from ..errors import SimulatorError, check_count
 from ..graph.fusion import Kernel, Plan, plan_kernels
 from ..graph.ops import OPS, operands_of
@@ -140,7 +140,7 @@ def kernel_bound_cycles(kernel: Kernel, workload: Workload) -> float:
     produced = {op.output for op in kernel.ops}
     inputs = {n for op in kernel.ops for n in op.inputs} - produced
     moved = sum(tensors[n].nbytes for n in inputs) + tensors[kernel.output].nbytes
-    return max(compute, hbm_cycles(moved, hw))
+    return max(compute, memory_cycles(moved, hw))
 
 
 def _key(t: Tiling) -> tuple:
