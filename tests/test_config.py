@@ -32,9 +32,12 @@ def test_presets_load_with_cited_numbers():
     assert hw.memories["HBM"].peak_bytes_per_cycle == pytest.approx(1200)
     assert hw.peak_flops_per_cycle("fp16") * hw.clock_hz == pytest.approx(262.144e12)
     assert load_hardware("tiny").cores == 2
+    a100 = load_hardware("a100")        # 108 SMs x 1.41 GHz x 2 x 1024 MACs: the 312 TFLOPS
+    assert a100.peak_flops_per_cycle("fp16") * a100.clock_hz == pytest.approx(311.87e12, 1e-4)
+    assert a100.memories["HBM"].peak_bytes_per_cycle * a100.clock_hz == pytest.approx(2.039e12)
 
 
-@pytest.mark.parametrize("preset", ["ascend910", "h100", "h200"])
+@pytest.mark.parametrize("preset", ["ascend910", "a100", "h100", "h200"])
 def test_every_preset_figure_has_a_comment(preset):
     """Each figure in a preset cites its source or says it is an assumption."""
     from simulator.config.hardware import PRESET_DIR

@@ -405,7 +405,7 @@ REVIEW_CASES = [
     case("hw-path-too-long", ["run", "w.yaml", "--set", f"hardware={LONG}.yaml"],
          "no such file"),
     case("hw-preset-name-too-long", ["run", "w.yaml", "--set", f"hardware={LONG}"],
-         "(presets: ascend910"),
+         "(presets: a100, ascend910"),
     case("plot-folder-dangling-link", ["run", "w.yaml", "--plot", "plots"],
          "is a link that leads nowhere", {"plots": Link("gone")}),
     case("json-link-to-user-file", ["run", "w.yaml", "--json", "r.json"],
