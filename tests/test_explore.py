@@ -193,6 +193,18 @@ def test_gpu_calibration_exits_cleanly_without_cuda():
     assert "calibrate_gpu" in result.stdout or "median absolute error" in result.stdout
 
 
+def test_the_validation_table_runs_and_reports_its_error():
+    """benchmarks/validate.py: one GEMV case, measured against simulated, with the median."""
+    import subprocess
+    import sys
+    result = subprocess.run([sys.executable, "benchmarks/validate.py", "--only", "V2"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    [row] = [line for line in result.stdout.splitlines() if line.startswith("V2 ")]
+    assert "2.9 TF" in row and "%" in row
+    assert "1 case in" in result.stdout and "median absolute error" in result.stdout
+
+
 def test_an_interrupted_sweep_keeps_the_points_that_finished(tmp_path, monkeypatch, capsys):
     """Rows reach the CSV as points finish, after the header; Ctrl-C keeps them."""
     import importlib

@@ -1,0 +1,97 @@
+"""Published silicon measurements against the simulator, case by case.
+
+    python benchmarks/validate.py [--only G1 V1 ...] [--tune]
+
+Each case is a row of benchmarks/validation_sources.md (its ID there, with the source and
+its conditions): a GEMM at a stated shape, dtype and chip, and the throughput the source
+measured. The simulator runs the same GEMM on the matching preset and the table prints
+measured, simulated and the signed error, then the median and largest absolute error.
+Nothing here is fitted: a case only reads the preset, so a constant tuned to one case would
+show up as error in the others. Cases use the tiling the simulator derives from the shape;
+`--tune` runs the tiling search first, as a vendor library autotunes (slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from simulator import load_hardware, simulate  # noqa: E402
+from simulator.config.workload import parse_workload  # noqa: E402
+from simulator.schedule.search import tune, tuned_workload  # noqa: E402
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str                 # the row of benchmarks/validation_sources.md
+    hardware: str
+    dtype: str
+    m: int
+    n: int
+    k: int
+    measured_tflops: float
+    source: str
+
+
+CASES = (
+    Case("G1", "a100", "bf16", 1024, 10240, 5120, 271.2,
+         "ml-engineering MAMF table, cuBLAS via torch 2.6"),
+    Case("G2", "h100", "bf16", 2048, 2048, 13312, 794.5,
+         "ml-engineering MAMF table, cuBLAS via torch 2.7"),
+    Case("G6", "h100", "bf16", 8192, 8192, 8192, 797.8, "fast.cu README, cuBLAS kernel"),
+    Case("G7", "h100", "fp16", 4096, 4096, 4096, 760.04,
+         "torch-performance-test-data #79, torch.mm"),
+    Case("G11a", "h100", "fp16", 2048, 2048, 2048, 515.2, "triton #2339, cuBLAS"),
+    Case("G11b", "h100", "fp16", 2048, 8192, 8192, 721.6, "triton #2339, cuBLAS"),
+    Case("V1", "h100", "bf16", 1, 43008, 5376, 3.072, "vllm PR #49363, F.linear GEMV"),
+    Case("V2", "h100", "bf16", 1, 12288, 5376, 2.870, "vllm PR #49363, F.linear GEMV"),
+    Case("V3a", "h100", "bf16", 128, 43008, 5376, 364.75, "vllm PR #49363, F.linear"),
+    Case("V3b", "h100", "bf16", 256, 43008, 5376, 593.26, "vllm PR #49363, F.linear"),
+)
+
+
+def gemm(case: Case):
+    raw = {"name": f"{case.id}-{case.m}x{case.n}x{case.k}", "hardware": case.hardware,
+           "dtype": case.dtype,
+           "tensors": {"a": {"shape": [case.m, case.k]},
+                       "b": {"shape": [case.k, case.n], "kind": "weight"}},
+           "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}]}
+    return parse_workload(raw, "<validate>", load_hardware(case.hardware))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", nargs="+", metavar="ID", help="run only these cases")
+    parser.add_argument("--tune", action="store_true", help="tune each GEMM's tiling first")
+    args = parser.parse_args()
+    cases = [c for c in CASES if not args.only or c.id in args.only]
+    print(f"{'case':<5} {'chip':<5} {'dtype':<5} {'shape M x N x K':>20} {'measured':>10} "
+          f"{'simulated':>10} {'error':>8}  binding  source")
+    errors = []
+    started = time.perf_counter()
+    for case in cases:
+        workload = gemm(case)
+        if args.tune:
+            workload = tuned_workload(workload, tune(workload, top=2))
+        report = simulate(workload).to_dict()
+        simulated = report["achieved_tflops"]
+        error = simulated / case.measured_tflops - 1
+        errors.append(abs(error))
+        shape = f"{case.m} x {case.n} x {case.k}"
+        print(f"{case.id:<5} {case.hardware:<5} {case.dtype:<5} {shape:>20} "
+              f"{case.measured_tflops:>7.1f} TF {simulated:>7.1f} TF {error * 100:>+7.1f}%  "
+              f"{report['binding']:<8} {case.source}")
+    print(f"\n{len(cases)} case{'s' * (len(cases) != 1)} in "
+          f"{time.perf_counter() - started:.0f} s: median absolute "
+          f"error {statistics.median(errors) * 100:.1f}%, largest {max(errors) * 100:.1f}% "
+          f"(tiling: {'tuned' if args.tune else 'derived from the shape'})")
+
+
+if __name__ == "__main__":
+    main()
