@@ -7,6 +7,10 @@ change to a mechanism is made here and reaches all of them.
 
   a move:        its engine's start-up, then its bytes at the path's rate (a move through
                  a shared memory also shares that memory's bandwidth: engine/bandwidth.py);
+  a multicast:   a read that serves several cores at once crosses the L2 port once: each
+                 core's transfer carries its share of the port's bytes (and of its own rate);
+  an engine's queue: up to its queue depth of global transfers in flight, their start-ups
+                 overlapping earlier transfers' data, which moves in order;
   a Cube call:   the Cube's pipeline fill, then one fractal step per cycle, partial
                  fractals padded;
   a vector op:   the unit's start-up, then elements × the widest operand's bytes × the
@@ -27,6 +31,24 @@ from .graph.ops import OPS, operands_of
 def transfer_cycles(nbytes: int, latency_cycles: int, bytes_per_cycle: float) -> int:
     """A move alone on its path: the engine's start-up, then its bytes at the path's rate."""
     return latency_cycles + math.ceil(nbytes / bytes_per_cycle)
+
+
+def multicast_share(nbytes: float, cores: int) -> float:
+    """One core's share of a read multicast to `cores` cores: the L2 port moves the block once."""
+    return nbytes / cores
+
+
+def l2_port_bytes(hit_bytes: int, multicast: int) -> int:
+    """The bytes a core's multicast read moves over the L2 port: its share, rounded up."""
+    return math.ceil(multicast_share(hit_bytes, multicast))
+
+
+def queued_transfers_cycles(transfers: float, start_cycles: float, data_cycles: float,
+                            in_flight: int) -> float:
+    """A run of transfers through one engine keeping `in_flight` of them under way: the
+    start-ups overlap each other and earlier data, the data moves in order, so the run takes
+    its data's time or its start-ups shared among the transfers in flight, the longer."""
+    return max(data_cycles, (transfers * start_cycles + data_cycles) / in_flight)
 
 
 def fractal_steps(m: int, n: int, k: int, fractal: tuple[int, int, int]) -> int:

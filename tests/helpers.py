@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from simulator.config.workload import parse_workload
 
 
@@ -17,3 +19,9 @@ def matmul_workload(hw, m, n, k, tiling=None, extra_ops=(), name="test"):
         "schedule": {"fusion": "none", "tiling": {"mm": tiling} if tiling else {}},
     }
     return parse_workload(raw, "<test>", hw)
+
+
+def with_queue_depth(hw, depth):
+    """The chip with every engine keeping `depth` global transfers in flight."""
+    engines = {name: replace(engine, queue_depth=depth) for name, engine in hw.engines.items()}
+    return replace(hw, engines=engines)

@@ -192,3 +192,49 @@ def test_slots_taken_beyond_a_buffers_capacity_are_caught(tiny):
     kernel = KernelProgram("k", ("k",), False, "cube", "fp16", 0, [core], None, 0, 0)
     with pytest.raises(InvariantError, match="L0A of core 0 in kernel 0 holds 16384 B"):
         simulate_program(Program([kernel], {}, 0), tiny)
+
+
+def queued(hw, depth):
+    from .helpers import with_queue_depth
+    return with_queue_depth(hw, depth)
+
+
+def test_a_queue_overlaps_start_ups_with_earlier_data_which_moves_in_order(tiny):
+    nbytes, alone = 640, MTE2 + L2_LAT + HBM_LAT + 640 // 64
+    loads = [load(t, nbytes) for t in "abc"]
+    geometry = {t: (1, nbytes // 2, 2) for t in "abc"}
+    serial = simulate_program(one_kernel([loads], geometry), tiny).records
+    assert [r.end_cycle for r in serial] == [LAUNCH + alone * i for i in (1, 2, 3)]
+    records = simulate_program(one_kernel([loads], geometry), queued(tiny, 3)).records
+    # all three issue at launch; each one's data follows the previous one's: 10 cycles each
+    assert [r.start_cycle for r in records] == [LAUNCH] * 3
+    assert [r.end_cycle for r in records] == [LAUNCH + alone + 10 * i for i in (0, 1, 2)]
+    assert [r.wait_bandwidth_cycles for r in records] == [0, 10, 10]
+
+
+def test_a_full_queue_holds_the_next_transfer_until_the_oldest_lands(tiny):
+    nbytes, alone = 640, MTE2 + L2_LAT + HBM_LAT + 640 // 64
+    loads = [load(t, nbytes) for t in "abc"]
+    geometry = {t: (1, nbytes // 2, 2) for t in "abc"}
+    records = simulate_program(one_kernel([loads], geometry), queued(tiny, 2)).records
+    assert [r.start_cycle for r in records] == [LAUNCH, LAUNCH, LAUNCH + alone]
+    assert [r.end_cycle for r in records] == [LAUNCH + alone, LAUNCH + alone + 10,
+                                              LAUNCH + 2 * alone]
+
+
+def test_on_chip_work_of_an_engine_waits_for_its_transfers_in_flight(tiny):
+    move = transfer("MTE2", "move", "L1", "L0A", 128)
+    program = one_kernel([[load("a", 640), load("b", 640), move]],
+                         {t: (1, 320, 2) for t in "ab"})
+    *_, last = simulate_program(program, queued(tiny, 4)).records
+    landed = LAUNCH + MTE2 + L2_LAT + HBM_LAT + 10 + 10
+    assert (last.start_cycle, last.end_cycle) == (landed, landed + 2 + 1)
+
+
+def test_a_queue_overlaps_but_never_beats_the_engines_rate(tiny):
+    """Busy is the union of overlapping transfers; a deep queue buys the start-ups only."""
+    nbytes = 6400
+    loads = [load(t, nbytes) for t in "abcd"]
+    geometry = {t: (1, nbytes // 2, 2) for t in "abcd"}
+    trace = simulate_program(one_kernel([loads], geometry), queued(tiny, 4))
+    assert trace.cycles == LAUNCH + MTE2 + L2_LAT + HBM_LAT + 4 * nbytes // 64

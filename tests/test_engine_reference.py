@@ -3,6 +3,8 @@ SimPy process per pipe, waiting in global time on every flag). The engine times 
 without SimPy (pipes run ahead of the global clock); this checks, over random programs,
 that every record is the same."""
 
+from dataclasses import replace
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -10,6 +12,7 @@ from simulator.engine.reference import ProcessPerPipeWorld
 from simulator.engine.world import World
 from simulator.pipeline import lower_workload
 
+from .helpers import with_queue_depth
 from .test_properties import EPILOGUES, cases, legal_workload
 
 
@@ -20,11 +23,14 @@ def records_of(world_class, workload):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=cases(), epilogue=EPILOGUES, cores=st.sampled_from([1, 2]))
-def test_running_ahead_gives_the_times_of_a_process_per_pipe(tiny, case, epilogue, cores):
+@given(case=cases(), epilogue=EPILOGUES, cores=st.sampled_from([1, 2]),
+       depth=st.sampled_from([1, 2, 5]))
+def test_running_ahead_gives_the_times_of_a_process_per_pipe(tiny, case, epilogue, cores,
+                                                               depth):
     m, n, k, tiling = case
     tiling = dict(tiling, split={"m": 1, "n": cores})
-    workload = legal_workload(tiny, (m, n, k, tiling), epilogue)
+    workload = replace(legal_workload(tiny, (m, n, k, tiling), epilogue),
+                       hardware=with_queue_depth(tiny, depth))
     assert records_of(World, workload) == records_of(ProcessPerPipeWorld, workload)
 
 

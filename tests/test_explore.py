@@ -3,6 +3,7 @@
 import csv
 import json
 import tempfile
+from collections import defaultdict
 from dataclasses import replace
 from pathlib import Path
 
@@ -147,10 +148,28 @@ def test_chrome_trace_structure_and_busy_cycles(tmp_path):
     counters = {e["name"] for e in events if e["ph"] == "C"}
     assert "HBM bandwidth (GB/s)" in counters and any("occupancy" in c for c in counters)
     cycles_per_us = report["clock_ghz"] * 1e3
+    by_track = defaultdict(list)
+    for e in slices:
+        by_track[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
+    for spans in by_track.values():     # slices on one track never overlap
+        spans.sort()
+        assert all(end <= next_start + 1e-9 for (_, end), (next_start, _) in
+                   zip(spans, spans[1:]))
     for pipe, unit in (("CUBE", "cube"), ("MTE2", "MTE2"), ("MTE1", "MTE1")):
-        busy = sum(e["dur"] for e in slices if e["cat"] == pipe) * cycles_per_us
+        busy = sum(_union_length([(e["ts"], e["ts"] + e["dur"]) for e in slices
+                                  if e["cat"] == pipe and e["pid"] == pid])
+                   for pid in {e["pid"] for e in slices}) * cycles_per_us
         expected = report["utilization"][unit] * report["cycles"] * report["cores"]
         assert busy == pytest.approx(expected, rel=1e-9)
+
+
+def _union_length(spans):
+    """The length of the union of (start, end) spans."""
+    total, covered = 0.0, float("-inf")
+    for start, end in sorted(spans):
+        total += max(0.0, end - max(start, covered))
+        covered = max(covered, end)
+    return total
 
 
 def test_run_plot_writes_four_pictures(tmp_path):

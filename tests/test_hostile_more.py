@@ -505,7 +505,7 @@ ROUND_THREE_CASES = [
     case("too-many-instructions-in-all", ["run", "w.yaml"], "a run can hold in memory",
          {"w.yaml": edit("params: {m: 32, n: 64, k: 64}", "params: {m: 2048, n: 2048, k: 2560}",
                          BASE + "".join(f"  - {{name: mm{i}, op: matmul, inputs: [a, b], "
-                                        f"output: c{i}}}\n" for i in range(6)))}),
+                                        f"output: c{i}}}\n" for i in range(12)))}),
     case("op-named-default", ["run", "w.yaml"], "'default' is reserved",
          {"w.yaml": edit("{name: mm,", "{name: default,")}),
     case("param-look-alike-letter", ["run", "w.yaml"], "of ASCII letters",

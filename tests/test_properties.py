@@ -7,11 +7,12 @@ import simpy
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from simulator.analysis.report import UNIT_OF_PIPE
 from simulator.engine.bandwidth import SharedChannel
 from simulator.pipeline import lower_workload, simulate
 from simulator.schedule.tiling import TilingError
 
-from .helpers import matmul_workload
+from .helpers import matmul_workload, with_queue_depth
 
 EPILOGUES = st.sampled_from([
     (),
@@ -50,20 +51,20 @@ def legal_workload(tiny, case, epilogue):
     return workload
 
 
-SHAPES = dict(case=cases(), epilogue=EPILOGUES)
+SHAPES = dict(case=cases(), epilogue=EPILOGUES, depth=st.sampled_from([1, 3]))
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**SHAPES)
-def test_physics_holds(tiny, case, epilogue):
-    check_physics(tiny, case, epilogue)
+def test_physics_holds(tiny, case, epilogue, depth):
+    check_physics(with_queue_depth(tiny, depth), case, epilogue)
 
 
 @pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**SHAPES)
-def test_physics_holds_broadly(tiny, case, epilogue):
-    check_physics(tiny, case, epilogue)
+def test_physics_holds_broadly(tiny, case, epilogue, depth):
+    check_physics(with_queue_depth(tiny, depth), case, epilogue)
 
 
 def check_physics(tiny, case, epilogue):
@@ -91,8 +92,13 @@ def check_physics(tiny, case, epilogue):
     for buffer, peak in report["peak_buffer_bytes"].items():
         assert peak <= report["buffer_capacity_bytes"][buffer]
 
-    # utilizations are fractions
+    # utilizations are fractions, and a pipe is never busy and waiting at once
     assert all(0 <= u <= 1 for u in report["utilization"].values())
+    core_cycles = report["cycles"] * workload.hardware.cores
+    for pipe, stalls in report["stalls"].items():
+        busy = report["utilization"][UNIT_OF_PIPE.get(pipe, pipe)] * core_cycles
+        rounding = len(report["kernels"]) * workload.hardware.cores    # a cycle per pipe log
+        assert busy + stalls["data"] + stalls["buffer_slot"] <= core_cycles + rounding, pipe
 
     # every ceiling is a lower bound on the run; the binding one is the highest
     ceilings = report["roofline"]["ceiling_cycles"]

@@ -13,8 +13,10 @@ from itertools import compress
 from operator import attrgetter
 from typing import Any
 
+import numpy as np
+
 from ..config.hardware import BUFFERS, ENGINES, Hardware
-from ..cost import cube_peak_cycles, memory_cycles, vector_peak_cycles
+from ..cost import cube_peak_cycles, l2_port_bytes, memory_cycles, vector_peak_cycles
 from ..engine.world import InvariantError, PipeLog, Trace
 from ..schedule.lower import footprint_bytes
 from ..schedule.program import PIPES, Program
@@ -102,7 +104,8 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
                       for logs in logs_of]
     traffic = {level: {key: sum(t[level][key] for t in kernel_traffic)
                        for key in ("read_bytes", "write_bytes")} for level in LEVELS}
-    traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses)
+    traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses,
+                         multicast_bytes=sum(t["L2"]["multicast_bytes"] for t in kernel_traffic))
     _check_invariants(trace, program, bound, traffic, kernel_traffic)
     core_cycles = cycles * hw.cores
     utilization = {UNIT_OF_PIPE.get(p, p): busy[p] / core_cycles for p in PIPES}
@@ -199,7 +202,8 @@ def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: 
         if t["UB"]["read_bytes"] < t["UB"]["write_bytes"]:
             raise InvariantError(f"kernel {kernel.name}: UB received {t['UB']['write_bytes']} B"
                                  f" but gave only {t['UB']['read_bytes']} B")
-        if t["L1"]["write_bytes"] > t["HBM"]["read_bytes"] + t["L2"]["read_bytes"]:
+        if t["L1"]["write_bytes"] > (t["HBM"]["read_bytes"] + t["L2"]["read_bytes"]
+                                     + t["L2"]["multicast_bytes"]):
             raise InvariantError(f"kernel {kernel.name}: L1 received {t['L1']['write_bytes']} B,"
                                  " more than came from global memory")
 
@@ -233,23 +237,24 @@ def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,
     L2); a write goes through to HBM and allocates in L2."""
     traffic = {level: {"read_bytes": 0, "write_bytes": 0} for level in LEVELS}
     hbm, l2 = traffic["HBM"], traffic["L2"]
+    l2["multicast_bytes"] = 0   # bytes cores received from L2 reads that served a peer too
     ran = Counter()
     for log in logs:
-        busy[log.pipe] += sum(log.column("end_cycle")) - sum(log.column("start_cycle"))
-        for cause, logged in _STALL_LOGGED:
-            stalls[log.pipe][cause] += sum(log.column(logged))
+        _add_busy_and_stalls(log, busy, stalls)
         ran.update(log.instrs)
         transfers = compress(zip(log.instrs, log.column("l2_hit_bytes"),
                                  log.column("hbm_bytes")), map(_region_of, log.instrs))
         for instr, hit_bytes, fetched_bytes in transfers:
             entry = per_tensor.get(instr.region.tensor)
             if instr.src == "HBM":
+                port_bytes = l2_port_bytes(hit_bytes, instr.multicast)
                 hbm["read_bytes"] += fetched_bytes
-                l2["read_bytes"] += hit_bytes
+                l2["read_bytes"] += port_bytes
+                l2["multicast_bytes"] += hit_bytes - port_bytes
                 l2["write_bytes"] += fetched_bytes
                 if entry is not None:
                     entry["hbm_read_bytes"] += fetched_bytes
-                    entry["l2_read_bytes"] += hit_bytes
+                    entry["l2_read_bytes"] += port_bytes
             elif entry is not None:
                 entry["hbm_write_bytes"] += instr.nbytes
     for instr, times in ran.items():
@@ -265,8 +270,29 @@ def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,
     return traffic
 
 
-_STALL_LOGGED = (("data", "wait_data_cycles"), ("buffer_slot", "wait_slot_cycles"),
-                 ("shared_bandwidth", "wait_bandwidth_cycles"))
+def _add_busy_and_stalls(log: PipeLog, busy: dict, stalls: dict) -> None:
+    """A pipe's busy cycles and stalls, each counted once in time. A pipe starts and ends its
+    instructions in order, but an engine's transfers in flight overlap: busy is the union of
+    their spans, and a wait for data or a slot counts only while nothing of the pipe's own was
+    in flight (split between its causes in proportion). Landing delays never overlap (see
+    engine.world.landing_delay)."""
+    column = {field: np.array(log.column(field), dtype=np.int64)
+              for field in ("start_cycle", "end_cycle", "wait_data_cycles", "wait_slot_cycles",
+                            "wait_bandwidth_cycles")}
+    starts, ends = column["start_cycle"], column["end_cycle"]
+    if not len(ends):
+        return
+    previous_end = np.r_[0, ends[:-1]]
+    busy[log.pipe] += int(np.maximum(0, ends - np.maximum(starts, previous_end)).sum())
+    wait_data, wait_slot = column["wait_data_cycles"], column["wait_slot_cycles"]
+    waited = wait_data + wait_slot
+    idle_waiting = np.minimum(waited, np.maximum(0, starts - previous_end))
+    counted = np.divide(idle_waiting, waited, out=np.zeros(len(waited)), where=waited > 0)
+    stalls[log.pipe]["data"] += int(round(float((wait_data * counted).sum())))
+    stalls[log.pipe]["buffer_slot"] += int(round(float((wait_slot * counted).sum())))
+    stalls[log.pipe]["shared_bandwidth"] += int(column["wait_bandwidth_cycles"].sum())
+
+
 _region_of = attrgetter("region")     # global-memory transfers are those with a region
 
 

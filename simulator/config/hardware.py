@@ -65,6 +65,7 @@ class Engine:
     name: str
     latency_cycles: int                               # fixed start-up cost of every transfer
     path_bytes_per_cycle: dict[tuple[str, str], float]  # (source, destination) -> per-core rate
+    queue_depth: int = 1        # global-memory transfers one core's engine keeps in flight
 
 
 @dataclass(frozen=True)
@@ -92,6 +93,9 @@ class Hardware:
     cube: Cube
     vector: Vector
     launch_overhead_cycles: int
+    # cores one L2 read can deliver to at once (Hopper's TMA multicast within a cluster): a
+    # matmul's cores that stage the same operand block share one read of it
+    multicast_cores: int = 1
 
     def route(self, source: str, destination: str) -> tuple[Engine, float]:
         """The engine that moves data from source to destination, and its per-core rate."""
@@ -114,7 +118,7 @@ class Hardware:
             "name": self.name, "clock_hz": self.clock_hz, "cores": self.cores,
             "memories": {n: asdict(m) for n, m in self.memories.items()},
             "buffer_bytes": dict(self.buffer_bytes),
-            "engines": {n: {"latency_cycles": e.latency_cycles,
+            "engines": {n: {"latency_cycles": e.latency_cycles, "queue_depth": e.queue_depth,
                             "path_bytes_per_cycle": {f"{s}->{d}": r for (s, d), r
                                                      in e.path_bytes_per_cycle.items()}}
                         for n, e in self.engines.items()},
@@ -122,6 +126,7 @@ class Hardware:
                      "fractal": {k: list(v) for k, v in self.cube.fractal.items()}},
             "vector": asdict(self.vector),
             "launch_overhead_cycles": self.launch_overhead_cycles,
+            "multicast_cores": self.multicast_cores,
         }
 
 
@@ -170,6 +175,8 @@ _PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 CLOCK_RANGE_HZ = (1e6, 1e11)            # 1 MHz to 100 GHz
 MAX_LATENCY_S = 100e-6                  # the start-up of any memory, engine or unit
 MAX_LAUNCH_OVERHEAD_S = 10e-3           # dispatching one kernel
+MAX_MULTICAST_CORES = 16               # Hopper's largest (non-portable) cluster
+MAX_QUEUE_DEPTH = 1024                  # transfers in flight on one core's engine
 MAX_COST_FACTOR = 1000.0                # cycles per byte of a vector op, relative to an add
 RATE_RANGE_BYTES_PER_CYCLE = (1e-3, 1e6)  # any memory, path or unit: 1 MB/s to 1 PB/s at 1 GHz
 
@@ -186,8 +193,11 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     rate = _rate(clock)
 
     memories = {}
+    multicast = 1
     for mem in SHARED_MEMORIES:
         f = top.sub(mem)
+        if mem == "L2":
+            multicast = f.get("multicast", as_int(1, MAX_MULTICAST_CORES), default=1)
         memories[mem] = SharedMemory(
             name=mem,
             capacity_bytes=f.get("capacity", parse_size),
@@ -208,6 +218,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     for eng in ENGINES:
         f = top.sub(eng)
         start_cycles = f.get("latency", latency)
+        queue_depth = f.get("queue_depth", as_int(1, MAX_QUEUE_DEPTH), default=1)
         paths_f = f.sub("paths")
         rates = {}
         for key in paths_f.raw:
@@ -228,7 +239,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
                 problems.add(path_name, str(exc))
         paths_f.finish()
         f.finish()
-        engines[eng] = Engine(eng, start_cycles, rates)
+        engines[eng] = Engine(eng, start_cycles, rates, queue_depth)
 
     cube_f = top.sub("cube")
     cube_latency = cube_f.get("latency", latency)
@@ -263,7 +274,8 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         _check_buffers(buffer_bytes, fractal, problems)
     problems.raise_if_any()
     return Hardware(name, source, clock_hz, cores, memories, buffer_bytes, engines,
-                    Cube(cube_latency, fractal), Vector(vec_rate, vec_latency, factors), launch)
+                    Cube(cube_latency, fractal), Vector(vec_rate, vec_latency, factors), launch,
+                    multicast)
 
 
 def _clock(value: Any) -> float:

@@ -6,8 +6,11 @@ model. The benchmark uses it to show what the event rate of a process per pipe w
 
 from __future__ import annotations
 
+from collections import deque
+from functools import partial
+
 from ..cost import transfer_cycles
-from .world import KernelSpan, PipeLog, World, _GlobalTransfer
+from .world import KernelSpan, PipeLog, World, _GlobalTransfer, landing_delay
 
 
 class ProcessPerPipeWorld(World):
@@ -24,13 +27,37 @@ class ProcessPerPipeWorld(World):
                     if queue:
                         log = PipeLog(index, core_index, pipe, queue, [])
                         self.pipe_logs.append(log)
-                        pipes.append(self.env.process(self._pipe(log, core, flags)))
+                        pipes.append(self.env.process(
+                            self._pipe(log, core, flags, self.queue_depths.get(pipe, 1))))
             yield self.env.all_of(pipes)
             self.spans.append(KernelSpan(index, start, int(self.env.now)))
 
-    def _pipe(self, log, core, flags):
+    def _pipe(self, log, core, flags, depth):
         env = self.env
+        in_flight = deque()     # a landing event per global transfer under way, oldest first
+        last = [None, int(env.now)]     # the latest global transfer issued, the latest landing
+
+        def set_flags(instr):
+            for flag_id in instr.sets:
+                count_and_waiters = flags[flag_id]
+                if count_and_waiters[1]:
+                    count_and_waiters[1].pop(0).succeed()
+                else:
+                    count_and_waiters[0] += 1
+
+        def landed(wait_data, wait_slot, transfer):
+            bandwidth_wait = landing_delay(transfer, last[1])
+            last[1] = int(env.now)
+            set_flags(transfer.instr)
+            log.logged.extend((transfer.start, int(env.now), wait_data, wait_slot,
+                               bandwidth_wait, transfer.hit_bytes, transfer.hbm_bytes))
+            in_flight.popleft().succeed()
+
         for instr in log.instrs:
+            if in_flight and instr.region is None:      # on-chip work after the transfers
+                yield env.all_of(list(in_flight))
+            elif len(in_flight) >= depth:               # a full queue
+                yield in_flight[0]
             wait_data = wait_slot = 0
             for flag_id in instr.waits:
                 flag = flags[flag_id]
@@ -45,23 +72,17 @@ class ProcessPerPipeWorld(World):
                 else:
                     wait_data += env.now - since
             start = int(env.now)
-            hit = hbm = bandwidth_wait = 0
             if instr.region is not None:
-                landed = env.event()
-                _GlobalTransfer(self, instr, start, landed.succeed)
-                transfer = yield landed
-                hit, hbm = transfer.hit_bytes, transfer.hbm_bytes
-                bandwidth_wait = int(env.now) - start - transfer.ideal
-            elif instr.src is None:
+                in_flight.append(env.event())
+                last[0] = _GlobalTransfer(self, instr, start,
+                                          partial(landed, wait_data, wait_slot), after=last[0])
+                continue
+            if instr.src is None:
                 yield env.timeout(instr.cycles)
             else:
                 yield env.timeout(transfer_cycles(instr.nbytes,
                                                   *self.routes[(instr.src, instr.dst)]))
-            for flag_id in instr.sets:
-                count_and_waiters = flags[flag_id]
-                if count_and_waiters[1]:
-                    count_and_waiters[1].pop(0).succeed()
-                else:
-                    count_and_waiters[0] += 1
-            log.logged.extend((start, int(env.now), wait_data, wait_slot, bandwidth_wait, hit,
-                               hbm))
+            set_flags(instr)
+            log.logged.extend((start, int(env.now), wait_data, wait_slot, 0, 0, 0))
+        if in_flight:
+            yield env.all_of(list(in_flight))

@@ -34,7 +34,7 @@ import numpy as np
 import simpy
 
 from ..config.hardware import Hardware
-from ..cost import transfer_cycles
+from ..cost import l2_port_bytes, multicast_share, transfer_cycles
 from ..errors import SimulatorError
 from ..schedule.program import CoreProgram, Instr, Program
 from .bandwidth import SharedChannel
@@ -160,12 +160,25 @@ class _Flag:
 
 
 class _Pipe:
-    """One in-order pipe of a core: its queue, the next instruction, its own clock."""
-    __slots__ = ("name", "queue", "position", "clock", "logged")
+    """One in-order pipe of a core: its queue, the next instruction, its own clock, and the
+    global transfers it has issued that have not landed yet (at most `depth`, its engine's
+    queue depth)."""
+    __slots__ = ("name", "queue", "position", "clock", "logged", "depth", "in_flight",
+                 "blocked", "last_transfer", "landed_at")
 
-    def __init__(self, name: str, queue: list[Instr], clock: int):
+    def __init__(self, name: str, queue: list[Instr], clock: int, depth: int):
         self.name, self.queue, self.position, self.clock = name, queue, 0, clock
         self.logged: list[int] = []     # see LOGGED
+        self.depth = depth
+        self.in_flight = 0
+        self.blocked = False            # waits for a transfer of its own to land
+        self.last_transfer: _GlobalTransfer | None = None  # the next one's data follows it
+        self.landed_at = clock          # when its latest global transfer landed
+
+    def must_wait_for_landing(self, instr: Instr) -> bool:
+        """An engine works its queue in order: a transfer waits for room in the queue, any
+        other instruction for the transfers before it to land."""
+        return bool(self.in_flight) and (instr.region is None or self.in_flight >= self.depth)
 
 
 class _CoreState:
@@ -173,9 +186,10 @@ class _CoreState:
                  "in_flight", "done")
 
     def __init__(self, kernel: int, core: CoreProgram, core_index: int, clock: int,
-                 done: simpy.Event):
+                 done: simpy.Event, depths: dict[str, int]):
         self.kernel, self.core = kernel, core_index
-        self.pipes = [_Pipe(name, queue, clock) for name, queue in core.queues.items() if queue]
+        self.pipes = [_Pipe(name, queue, clock, depths.get(name, 1))
+                      for name, queue in core.queues.items() if queue]
         self.ready = deque(self.pipes)             # pipes that may be able to move
         self.unfinished = len(self.pipes)
         self.in_flight = 0                         # global transfers under way
@@ -200,6 +214,7 @@ class World:
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
                        for path, rate in engine.path_bytes_per_cycle.items()}
+        self.queue_depths = {name: engine.queue_depth for name, engine in hw.engines.items()}
         self.private_cycles: dict[Instr, int] = {}    # see _compute_private_cycles
         self.l2_latency = hw.memories["L2"].latency_cycles
         self.hbm_latency = hw.memories["HBM"].latency_cycles
@@ -268,7 +283,8 @@ class World:
             self.kernel_started = int(self.env.now)
             cores_done = []
             for core_index, core in enumerate(kernel.cores):
-                state = _CoreState(index, core, core_index, int(self.env.now), self.env.event())
+                state = _CoreState(index, core, core_index, int(self.env.now), self.env.event(),
+                                   self.queue_depths)
                 cores_done.append(state.done)
                 self.pipe_logs += (PipeLog(index, core_index, pipe.name, pipe.queue, pipe.logged)
                                    for pipe in state.pipes)
@@ -286,7 +302,7 @@ class World:
         while state.ready:
             self._advance(state, state.ready.popleft())
         if not state.unfinished:
-            state.done.succeed(max((pipe.clock for pipe in state.pipes),
+            state.done.succeed(max((max(pipe.clock, pipe.landed_at) for pipe in state.pipes),
                                    default=int(self.env.now)))
         elif not state.in_flight:   # nothing can move, nothing will land: a deadlock
             for flag_id, flag in enumerate(state.flags):
@@ -295,11 +311,15 @@ class World:
                         flag.waiter.position, flag_id)
 
     def _advance(self, state: _CoreState, pipe: _Pipe) -> None:
-        """Run `pipe` until it needs a flag nobody has set yet or starts a global transfer."""
+        """Run `pipe` until it needs a flag nobody has set yet or waits for a global transfer
+        of its own to land."""
         flags, slot_flag, queue = state.flags, state.slot_flag, pipe.queue
         private_cycles = self.private_cycles
         while pipe.position < len(queue):
             instr = queue[pipe.position]
+            if pipe.in_flight and pipe.must_wait_for_landing(instr):
+                pipe.blocked = True     # a landing moves it on
+                return
             waits = instr.waits
             for flag_id in waits:   # a flag waited on twice needs two tokens
                 if len(flags[flag_id].tokens) < (1 if len(waits) == 1 else waits.count(flag_id)):
@@ -315,15 +335,22 @@ class World:
                     else:
                         wait_data += ready - start
                     start = ready
+            pipe.position += 1
             if instr.region is not None:    # global memory: at its cycle on the global clock
                 state.in_flight += 1
-                _GlobalTransfer(self, instr, start, partial(self._landed, state, pipe, wait_data,
-                                                            wait_slot))
-                return
+                pipe.in_flight += 1
+                pipe.clock = start
+                pipe.last_transfer = _GlobalTransfer(
+                    self, instr, start, partial(self._landed, state, pipe, wait_data, wait_slot),
+                    after=pipe.last_transfer)
+                continue
             cycles = private_cycles.get(instr)
             if cycles is None:
                 cycles = private_cycles[instr] = self._compute_private_cycles(instr)
-            self._retire(state, pipe, instr, start, start + cycles, wait_data, wait_slot, 0, 0, 0)
+            pipe.clock = start + cycles
+            self._retire(state, pipe, instr, start, pipe.clock, wait_data, wait_slot, 0, 0, 0)
+        if not pipe.in_flight:
+            state.unfinished -= 1
 
     def _compute_private_cycles(self, instr: Instr) -> int:
         """How long an instruction that needs no shared memory takes: compute its cycles, an
@@ -336,17 +363,24 @@ class World:
                 transfer: _GlobalTransfer) -> None:
         """A global transfer is done: retire it and move its core on."""
         end = int(self.env.now)
+        bandwidth_wait = landing_delay(transfer, pipe.landed_at)
+        pipe.landed_at = end
         self._retire(state, pipe, transfer.instr, transfer.start, end, wait_data, wait_slot,
-                     end - transfer.start - transfer.ideal, transfer.hit_bytes,
-                     transfer.hbm_bytes)
+                     bandwidth_wait, transfer.hit_bytes, transfer.hbm_bytes)
         state.in_flight -= 1
-        state.ready.append(pipe)
+        pipe.in_flight -= 1
+        if pipe.blocked:
+            pipe.blocked = False
+            pipe.clock = max(pipe.clock, end)
+            state.ready.append(pipe)
+        elif not pipe.in_flight and pipe.position == len(pipe.queue):
+            state.unfinished -= 1
         self._move(state)
 
     def _retire(self, state: _CoreState, pipe: _Pipe, instr: Instr, start: int, end: int,
                 wait_data: int, wait_slot: int, bandwidth_wait: int, hit_bytes: int,
                 hbm_bytes: int) -> None:
-        """An instruction is done: set its flags, log it (its slots, taken at its start and
+        """An instruction is done: set its flags and log it (its slots, taken at its start and
         freed at its end, are counted after the run: see _peak_occupancy)."""
         for flag_id in instr.sets:      # set_flag: a token at `end`; wake the pipe waiting
             flag = state.flags[flag_id]
@@ -355,10 +389,6 @@ class World:
                 state.ready.append(flag.waiter)
                 flag.waiter = None
         pipe.logged += (start, end, wait_data, wait_slot, bandwidth_wait, hit_bytes, hbm_bytes)
-        pipe.position += 1
-        pipe.clock = end
-        if pipe.position == len(pipe.queue):
-            state.unfinished -= 1
 
     def _peak_occupancy(self) -> dict[str, int]:
         """The most bytes each buffer held on any core of any kernel, from the pipe logs: an
@@ -455,14 +485,20 @@ class _GlobalTransfer:
 
     A global-memory read: hits cross the L2 port (after any other core's fetch of the same
     cells has landed), misses are fetched over HBM (filling L2). A write goes through to HBM
-    and allocates in L2. The time beyond the uncontended cycles is waiting on the shared
-    memories."""
+    and allocates in L2. An engine keeps several transfers in flight, so a transfer's start-up
+    overlaps the data of the ones before it, but it moves their data in order: a transfer's
+    bytes start moving once the transfer issued before it on the same engine (`after`) has
+    landed. The time beyond the uncontended cycles is waiting on the shared memories and on
+    the engine."""
     __slots__ = ("world", "instr", "start", "landed", "legs", "leg", "hit_bytes", "hbm_bytes",
-                 "ideal", "fill", "in_flight")
+                 "ideal", "fill", "in_flight", "after", "follower", "finished")
 
     def __init__(self, world: World, instr: Instr, start: int,
-                 landed: Callable[[_GlobalTransfer], None]):
+                 landed: Callable[[_GlobalTransfer], None], after: _GlobalTransfer | None):
         self.world, self.instr, self.start, self.landed = world, instr, start, landed
+        self.after = None if after is None or after.finished else after
+        self.follower: _GlobalTransfer | None = None
+        self.finished = False
         env = world.env
         if start < env.now:
             raise InvariantError(f"{instr.label} would start at cycle {start}, "
@@ -479,8 +515,11 @@ class _GlobalTransfer:
             self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region,
                                                                           self.fill)
             latency += world.l2_latency + (world.hbm_latency if self.hbm_bytes else 0)
-            self.legs = (("HBM", self.hbm_bytes, rate),
-                         ("L2", self.hit_bytes, world.routes[("L2", dst)][1]))
+            port_bytes, l2_rate = self.hit_bytes, world.routes[("L2", dst)][1]
+            if instr.multicast > 1:     # the cluster's one read: this core's share of it
+                port_bytes = l2_port_bytes(self.hit_bytes, instr.multicast)
+                l2_rate = multicast_share(l2_rate, instr.multicast)
+            self.legs = (("HBM", self.hbm_bytes, rate), ("L2", port_bytes, l2_rate))
         else:
             world.l2.write(instr.region)
             self.hit_bytes, self.hbm_bytes = 0, instr.nbytes
@@ -492,6 +531,12 @@ class _GlobalTransfer:
 
     def _next_leg(self, _event) -> None:
         """Start the next leg that has bytes to move; when none is left, finish."""
+        after = self.after
+        if after is not None:           # the engine is still moving an earlier transfer
+            self.after = None
+            if not after.finished:
+                after.follower = self
+                return
         while self.leg < len(self.legs):
             channel, nbytes, cap = self.legs[self.leg]
             if channel == "L2" and self.in_flight:      # hits wait for fetches of their cells
@@ -518,7 +563,18 @@ class _GlobalTransfer:
     def _finish(self) -> None:
         if self.fill is not None:
             self.fill.land()
+        self.finished = True
         self.landed(self)
+        if self.follower is not None:
+            self.follower._next_leg(None)
+
+
+def landing_delay(transfer: _GlobalTransfer, previous_landing: int) -> int:
+    """How much later than it could have a transfer landed: beyond its uncontended time and
+    beyond the landing of the transfer before it on its engine. These delays never overlap on
+    one engine, so they add up to time, like every other stall."""
+    return max(0, int(transfer.world.env.now) - max(transfer.start + transfer.ideal,
+                                                    previous_landing))
 
 
 def simulate_program(program: Program, hw: Hardware, max_cycles: int | None = None) -> Trace:

@@ -41,6 +41,7 @@ from .tiling import (
     TilingError,
     buffer_needs,
     gemm_shape,
+    multicast_sides,
     resolve_tiling,
     round_up,
     single_core_extent,
@@ -149,6 +150,7 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
     core_n = single_core_extent(shape.n, t.split_n, fn)
     cores = []
     chunks = chunks_by_shape.setdefault((shape, t), {})
+    multicast = multicast_sides(t, hw.multicast_cores, len(kernel.gemms))
     for cb in range(t.split_b):
         for cm in range(t.split_m):
             for cn in range(t.split_n):
@@ -156,8 +158,8 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
                 m0, m1 = cm * core_m, min(shape.m, (cm + 1) * core_m)
                 n0, n1 = cn * core_n, min(shape.n, (cn + 1) * core_n)
                 if b0 < b1 and m0 < m1 and n0 < n1:
-                    cores.append(_MatmulCore(kernel, workload, hw, shape, t, chunks).emit(
-                        range(b0, b1), (m0, m1), (n0, n1)))
+                    cores.append(_MatmulCore(kernel, workload, hw, shape, t, chunks,
+                                             multicast).emit(range(b0, b1), (m0, m1), (n0, n1)))
     ins = {name for op in kernel.ops for name in op.inputs} - {op.output for op in kernel.ops}
     plan = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
     if kernel.epilogue:
@@ -194,8 +196,9 @@ class _MatmulCore:
     """The program of one core of a matmul kernel."""
 
     def __init__(self, kernel: Kernel, workload: Workload, hw: Hardware, shape: MatmulShape,
-                 t: Tiling, chunks: dict):
+                 t: Tiling, chunks: dict, multicast: dict[int, int]):
         self.kernel, self.workload, self.hw, self.shape, self.t = kernel, workload, hw, shape, t
+        self.multicast = multicast  # side -> cores sharing each of its L1 loads (see above)
         self.chunks = chunks        # the K chunks built so far (see _chunk)
         self.fractal = hw.cube.fractal[shape.dtype]
         self.tensors = workload.tensors
@@ -273,7 +276,8 @@ class _MatmulCore:
                     elem = self.shape.a_bytes if side == 0 else self.shape.b_bytes
                     load = transfer("MTE2", f"load {self.side_names[side]} {region}", "HBM",
                                     "L1", (region.row1 - region.row0)
-                                    * (region.col1 - region.col0) * elem, region)
+                                    * (region.col1 - region.col0) * elem, region,
+                                    multicast=self.multicast.get(side, 1))
                     slot_of[side] = (l1[side].fill(load), index)
                     core.emit(load)
             # per L1 side: its slot, and whether this chunk is the slot's first or last use

@@ -44,14 +44,17 @@ class Instr:
     sets: list[int] = field(default_factory=list)
     acquire: tuple[str, int] | None = None           # buffer slot taken at start
     release: tuple[tuple[str, int], ...] = ()        # slots freed at end
+    multicast: int = 1                # cores one L2 read of this region serves at once
 
 
 def transfer(pipe: str, label: str, src: str, dst: str, nbytes: int,
-             region: Region | None = None, read_bytes: int | None = None) -> Instr:
-    """A data movement; `read_bytes` differs from `nbytes` when the engine converts in flight."""
+             region: Region | None = None, read_bytes: int | None = None,
+             multicast: int = 1) -> Instr:
+    """A data movement; `read_bytes` differs from `nbytes` when the engine converts in flight,
+    and `multicast` counts the cores that stage the same region from one L2 read."""
     return Instr(pipe, label, src, dst, nbytes, region=region,
                  reads=((src, nbytes if read_bytes is None else read_bytes),),
-                 writes=((dst, nbytes),))
+                 writes=((dst, nbytes),), multicast=multicast)
 
 
 @dataclass

@@ -11,11 +11,11 @@ for twice the block, at the price of the Cube waiting while a block drains),
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from ..config.hardware import ACCUMULATOR_BYTES, Hardware
 from ..config.workload import TilingSpec
-from ..cost import cube_call_cycles
+from ..cost import cube_call_cycles, multicast_share, queued_transfers_cycles
 from ..errors import SimulatorError
 from ..units import format_size
 
@@ -151,14 +151,19 @@ NOTHING_FIXED = TilingSpec()
 def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING_FIXED) -> Tiling:
     """A legal tiling derived from the shapes and the buffer sizes, honouring fields already fixed.
 
-    For each core split that keeps the busiest core within 15% of the least work: base
-    blocks as large as double-buffering in L0 allows (m up to 128, n up to 256, then k as
-    deep as L0A/L0B allow) and as many base-k blocks per L1 stage as fit; of those, the one
-    the analytic estimate says is fastest.
+    For each core split that keeps the busiest core within 15% of the least work, and with
+    double or single accumulators: base blocks as large as double-buffering in L0 allows (m up
+    to 128, n up to 256, then k as deep as L0A/L0B allow) and as many base-k blocks per L1
+    stage as fit; of those, the one the analytic estimate says is fastest. (A single
+    accumulator makes the Cube wait for each block's drain but lets blocks be twice as large,
+    which a long K repays.)
     """
     fm, fn, _ = hw.cube.fractal[shape.dtype]
-    candidates = [_blocks_for(shape, hw, split, fixed) for split in _splits(shape, hw, fm, fn,
-                                                                             fixed)]
+    accumulators = [fixed]
+    if fixed.acc_buffers is None and fixed.buffers != 1:
+        accumulators.append(replace(fixed, acc_buffers=1))
+    candidates = [_blocks_for(shape, hw, split, spec)
+                  for split in _splits(shape, hw, fm, fn, fixed) for spec in accumulators]
     if not candidates:  # a fixed split the shapes cannot use: keep it, the rules say why
         split = (fixed.split_b or 1, fixed.split_m or 1, fixed.split_n or hw.cores)
         return _blocks_for(shape, hw, split, fixed)
@@ -175,7 +180,13 @@ def _blocks_for(shape: MatmulShape, hw: Hardware, split: tuple[int, int, int],
     core_n = single_core_extent(shape.n, split[2], fn)
     base_m = fixed.base_m or min(core_m, 128)
     base_n = fixed.base_n or min(core_n, 256)
-    while g * base_m * base_n * ACCUMULATOR_BYTES * acc > hw.buffer_bytes["L0C"]:
+    def too_large(base_m: int, base_n: int) -> bool:
+        """The blocks overflow L0C, or L0A/L0B even one fractal deep."""
+        return (g * base_m * base_n * ACCUMULATOR_BYTES * acc > hw.buffer_bytes["L0C"]
+                or base_m * fk * shape.a_bytes * buffers > hw.buffer_bytes["L0A"]
+                or g * fk * base_n * shape.b_bytes * buffers > hw.buffer_bytes["L0B"])
+
+    while too_large(base_m, base_n):
         if base_n > fn and not fixed.base_n:
             base_n = round_up(base_n // 2, fn)
         elif base_m > fm and not fixed.base_m:
@@ -223,6 +234,21 @@ def _splits(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
     return sorted({split for work, split in options if work <= 1.15 * least})
 
 
+def multicast_sides(t: Tiling, cluster: int, gemms: int) -> dict[int, int]:
+    """The operand sides whose L1 loads a cluster of `cluster` cores shares (side 0 is A,
+    1.. the Bs), with the cores each read serves. Cores next to each other in the M split
+    stage the same B blocks at the same steps, and cores next to each other in the N split
+    the same A blocks; a cluster forms along M if the split fills whole clusters, else
+    along N."""
+    if cluster == 1:
+        return {}
+    if t.split_m % cluster == 0:
+        return dict.fromkeys(range(1, gemms + 1), cluster)
+    if t.split_n % cluster == 0:
+        return {0: cluster}
+    return {}
+
+
 def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
                     epilogue: tuple[str, ...] = ()) -> float:
     """The busiest core's time for a tiling, from the same rates the engine uses, with no
@@ -249,8 +275,12 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
     chunks = -(-shape.k // chunk)
     a_loads = batch * m_blocks if chunks == 1 and t.order == "n" else blocks * chunks
     b_loads = batch * n_blocks if chunks == 1 and t.order == "m" else blocks * chunks
-    mte2_bytes = a_loads * rows * chunk * shape.a_bytes + g * b_loads * chunk * t.base_n \
-        * shape.b_bytes
+    a_load_bytes = a_loads * rows * chunk * shape.a_bytes
+    b_load_bytes = g * b_loads * chunk * t.base_n * shape.b_bytes
+    mte2_bytes = a_load_bytes + b_load_bytes
+    shared = multicast_sides(t, hw.multicast_cores, g)     # a cluster's one read serves all
+    port_share = (multicast_share(a_load_bytes, shared.get(0, 1))
+                  + multicast_share(b_load_bytes, shared.get(1, 1))) / mte2_bytes
     mte2_latency, mte2_rate = _route(hw, "HBM", "L1")
     l2, hbm = hw.memories["L2"], hw.memories["HBM"]
     used = t.split_b * t.split_m * t.split_n
@@ -259,9 +289,14 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
     miss_bytes = min(mte2_bytes, hbm_bytes / used)           # this core's share of the misses
     transfers = a_loads + g * b_loads
     miss_transfers = transfers * miss_bytes / mte2_bytes
-    mte2 = (transfers * (mte2_latency + l2.latency_cycles) + miss_transfers * hbm.latency_cycles
-            + (mte2_bytes - miss_bytes) / min(mte2_rate, l2.sustained_bytes_per_cycle / used)
-            + miss_bytes / min(mte2_rate, hbm.sustained_bytes_per_cycle / used))
+    # transfers in flight: the engine's queue, or both operands' staged slots if fewer
+    in_flight = min(hw.engines["MTE2"].queue_depth, 2 * t.buffers)
+    mte2 = queued_transfers_cycles(
+        transfers, mte2_latency + l2.latency_cycles + miss_transfers / transfers
+        * hbm.latency_cycles,
+        (mte2_bytes - miss_bytes) / min(mte2_rate,
+                                        l2.sustained_bytes_per_cycle / used / port_share)
+        + miss_bytes / min(mte2_rate, hbm.sustained_bytes_per_cycle / used), in_flight)
     fix_latency, fix_rate = _route(hw, "L0C", "UB" if epilogue else "HBM")
     drain = blocks * g * (fix_latency + rows * t.base_n * shape.out_bytes / fix_rate)
     vector = 0.0

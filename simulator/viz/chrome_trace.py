@@ -1,6 +1,7 @@
 """Report → Chrome trace event JSON (opens in Perfetto and chrome://tracing).
 
-One process per core (plus one for the chip), one thread (track) per pipe,
+One process per core (plus one for the chip), one thread (track) per pipe
+(and one more per further transfer an engine's queue has in flight at once),
 one complete slice ("X") per executed instruction with its bytes and stalls
 in args; counter tracks ("C") for each core's buffer occupancy and for the
 chip's HBM bandwidth in use. Timestamps are microseconds of simulated time.
@@ -38,6 +39,7 @@ def chrome_trace_events(report) -> list[dict]:
     tid_of = {pipe: tid for tid, pipe in enumerate(PIPES)}
     occupancy: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
     hbm_bins: dict[int, float] = defaultdict(float)
+    lanes: dict[tuple[int, str], list[int]] = defaultdict(list)   # each lane's last end
     for r in report.trace.records:
         args = {"kernel": kernel_names[r.kernel], "bytes": r.nbytes}
         if r.wait_data_cycles or r.wait_slot_cycles or r.wait_bandwidth_cycles:
@@ -45,7 +47,8 @@ def chrome_trace_events(report) -> list[dict]:
                         wait_bandwidth_cycles=r.wait_bandwidth_cycles)
         if r.hbm_bytes or r.l2_hit_bytes:
             args.update(hbm_bytes=r.hbm_bytes, l2_hit_bytes=r.l2_hit_bytes)
-        events.append({"ph": "X", "pid": r.core + 1, "tid": tid_of[r.pipe], "name": r.label,
+        tid = tid_of[r.pipe] + len(PIPES) * _lane(lanes[(r.core, r.pipe)], r, events)
+        events.append({"ph": "X", "pid": r.core + 1, "tid": tid, "name": r.label,
                        "cat": r.pipe, "ts": r.start_cycle * us_per_cycle,
                        "dur": (r.end_cycle - r.start_cycle) * us_per_cycle, "args": args})
         if r.acquire:
@@ -66,6 +69,22 @@ def chrome_trace_events(report) -> list[dict]:
         events.append({"ph": "C", "pid": 0, "name": "HBM bandwidth (GB/s)",
                        "ts": index * HBM_BIN_CYCLES * us_per_cycle, "args": {"GB/s": rate}})
     return events
+
+
+def _lane(ends: list[int], record, events: list[dict]) -> int:
+    """The first lane of a core's pipe free at the record's start (a new one, named, if none):
+    transfers in flight at once get a track each, so slices on one track never overlap."""
+    for lane, end in enumerate(ends):
+        if end <= record.start_cycle:
+            ends[lane] = record.end_cycle
+            return lane
+    ends.append(record.end_cycle)
+    lane = len(ends) - 1
+    if lane:
+        events.append({"ph": "M", "pid": record.core + 1,
+                       "tid": PIPES.index(record.pipe) + len(PIPES) * lane,
+                       "name": "thread_name", "args": {"name": f"{record.pipe} queue {lane + 1}"}})
+    return lane
 
 
 def _spread(bins: dict[int, float], start: int, end: int, nbytes: int) -> None:
