@@ -7,8 +7,10 @@ its conditions): a GEMM at a stated shape, dtype and chip, and the throughput th
 measured. The simulator runs the same GEMM on the matching preset and the table prints
 measured, simulated and the signed error, then the median and largest absolute error.
 Nothing here is fitted: a case only reads the preset, so a constant tuned to one case would
-show up as error in the others. Cases use the tiling the simulator derives from the shape;
-`--tune` runs the tiling search first, as a vendor library autotunes (slower).
+show up as error in the others. A case whose source states the tile shape it measured runs
+that tiling (in this simulator's words: base block and staged K); the others use the tiling
+the simulator derives from the shape, or with `--tune` the tiling search's pick, as a vendor
+library autotunes (slower). A source that reports a time is shown in TFLOPS (2·M·N·K / t).
 """
 
 from __future__ import annotations
@@ -37,6 +39,21 @@ class Case:
     k: int
     measured_tflops: float
     source: str
+    tiling: dict | None = None      # the tile shape the source measured, where it says
+    transpose_b: bool = False       # B stored column-major (N x K)
+
+
+def from_time(m: int, n: int, k: int, microseconds: float) -> float:
+    """The TFLOPS of an M x N x K GEMM that took `microseconds`."""
+    return 2 * m * n * k / (microseconds * 1e-6) / 1e12
+
+
+def catlass_tile(l1: tuple[int, int, int], l0_k: int, acc_buffers: int = 2) -> dict:
+    """A CATLASS L1TileShape <m, n, k> with its L0 k, as this simulator's tiling (a tile
+    whose accumulator fills L0C has one accumulator)."""
+    m, n, k = l1
+    return {"base": {"m": m, "n": n, "k": l0_k}, "step": {"k": k // l0_k},
+            "acc_buffers": acc_buffers}
 
 
 CASES = (
@@ -53,15 +70,33 @@ CASES = (
     Case("V2", "h100", "bf16", 1, 12288, 5376, 2.870, "vllm PR #49363, F.linear GEMV"),
     Case("V3a", "h100", "bf16", 128, 43008, 5376, 364.75, "vllm PR #49363, F.linear"),
     Case("V3b", "h100", "bf16", 256, 43008, 5376, 593.26, "vllm PR #49363, F.linear"),
+    Case("V3c", "h100", "bf16", 64, 43008, 5376, 187.99, "vllm PR #49363, F.linear"),
+    Case("G11c", "h100", "fp16", 2048, 4096, 4096, 613.7, "triton #2339, cuBLAS"),
+    Case("G12", "h100", "fp16", 3072, 3072, 3072, 584.7, "triton #3672, cuBLAS"),
+    Case("A2a", "ascend910b", "fp16", 1024, 576, 6144, from_time(1024, 576, 6144, 72.5),
+         "catlass matmul_fast_tuning, 72.5 us, L1 tile 128x256x256", catlass_tile(
+             (128, 256, 256), 64, acc_buffers=1), transpose_b=True),
+    Case("A2b", "ascend910b", "fp16", 1024, 576, 6144, from_time(1024, 576, 6144, 48.6),
+         "catlass matmul_fast_tuning, 48.6 us, L1 tile 256x128x256", catlass_tile(
+             (256, 128, 256), 64, acc_buffers=1), transpose_b=True),
+    Case("A3", "ascend910b", "fp16", 20, 6144, 16384, from_time(20, 6144, 16384, 139.6),
+         "catlass matmul_fast_tuning, 139.6 us, L1 tile 32x320x128", catlass_tile(
+             (32, 320, 128), 32)),
+    Case("A4", "ascend910b", "fp16", 160, 6144, 2048, from_time(160, 6144, 2048, 35.3),
+         "catlass matmul_fast_tuning, 35.3 us (swizzle 4,1)"),
 )
 
 
 def gemm(case: Case):
+    b_shape = [case.n, case.k] if case.transpose_b else [case.k, case.n]
     raw = {"name": f"{case.id}-{case.m}x{case.n}x{case.k}", "hardware": case.hardware,
            "dtype": case.dtype,
            "tensors": {"a": {"shape": [case.m, case.k]},
-                       "b": {"shape": [case.k, case.n], "kind": "weight"}},
-           "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}]}
+                       "b": {"shape": b_shape, "kind": "weight"}},
+           "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c",
+                    **({"attrs": {"transpose_b": True}} if case.transpose_b else {})}]}
+    if case.tiling:
+        raw["schedule"] = {"tiling": {"mm": case.tiling}}
     return parse_workload(raw, "<validate>", load_hardware(case.hardware))
 
 
@@ -71,26 +106,27 @@ def main() -> None:
     parser.add_argument("--tune", action="store_true", help="tune each GEMM's tiling first")
     args = parser.parse_args()
     cases = [c for c in CASES if not args.only or c.id in args.only]
-    print(f"{'case':<5} {'chip':<5} {'dtype':<5} {'shape M x N x K':>20} {'measured':>10} "
+    print(f"{'case':<5} {'chip':<10} {'dtype':<5} {'shape M x N x K':>20} {'measured':>10} "
           f"{'simulated':>10} {'error':>8}  binding  source")
     errors = []
     started = time.perf_counter()
     for case in cases:
         workload = gemm(case)
-        if args.tune:
+        if args.tune and not case.tiling:
             workload = tuned_workload(workload, tune(workload, top=2))
         report = simulate(workload).to_dict()
         simulated = report["achieved_tflops"]
         error = simulated / case.measured_tflops - 1
         errors.append(abs(error))
         shape = f"{case.m} x {case.n} x {case.k}"
-        print(f"{case.id:<5} {case.hardware:<5} {case.dtype:<5} {shape:>20} "
+        print(f"{case.id:<5} {case.hardware:<10} {case.dtype:<5} {shape:>20} "
               f"{case.measured_tflops:>7.1f} TF {simulated:>7.1f} TF {error * 100:>+7.1f}%  "
               f"{report['binding']:<8} {case.source}")
     print(f"\n{len(cases)} case{'s' * (len(cases) != 1)} in "
           f"{time.perf_counter() - started:.0f} s: median absolute "
           f"error {statistics.median(errors) * 100:.1f}%, largest {max(errors) * 100:.1f}% "
-          f"(tiling: {'tuned' if args.tune else 'derived from the shape'})")
+          f"(tiling: the source's where it gives one, else "
+          f"{'tuned' if args.tune else 'derived from the shape'})")
 
 
 if __name__ == "__main__":

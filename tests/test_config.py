@@ -35,9 +35,12 @@ def test_presets_load_with_cited_numbers():
     a100 = load_hardware("a100")        # 108 SMs x 1.41 GHz x 2 x 1024 MACs: the 312 TFLOPS
     assert a100.peak_flops_per_cycle("fp16") * a100.clock_hz == pytest.approx(311.87e12, 1e-4)
     assert a100.memories["HBM"].peak_bytes_per_cycle * a100.clock_hz == pytest.approx(2.039e12)
+    b3 = load_hardware("ascend910b")    # Ascend910B3.ini: 20 cube cores x 4096 MACs at 1.8 GHz
+    assert b3.cores == 20 and b3.buffer_bytes["L0C"] == 128 << 10
+    assert b3.peak_flops_per_cycle("fp16") * b3.clock_hz == pytest.approx(294.912e12)
 
 
-@pytest.mark.parametrize("preset", ["ascend910", "a100", "h100", "h200"])
+@pytest.mark.parametrize("preset", ["ascend910", "ascend910b", "a100", "h100", "h200"])
 def test_every_preset_figure_has_a_comment(preset):
     """Each figure in a preset cites its source or says it is an assumption."""
     from simulator.config.hardware import PRESET_DIR

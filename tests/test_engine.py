@@ -238,3 +238,30 @@ def test_a_queue_overlaps_but_never_beats_the_engines_rate(tiny):
     geometry = {t: (1, nbytes // 2, 2) for t in "abcd"}
     trace = simulate_program(one_kernel([loads], geometry), queued(tiny, 4))
     assert trace.cycles == LAUNCH + MTE2 + L2_LAT + HBM_LAT + 4 * nbytes // 64
+
+
+@pytest.mark.parametrize("multicast", [1, 2])
+def test_a_multicast_read_crosses_the_l2_port_once_for_its_cluster(tiny, multicast):
+    """Two cores read the same L2-resident block through a 64 B/cycle port: apart, they share
+    it (32 B/cycle each); multicast, one read serves both at the engine's full 64 B/cycle."""
+    from dataclasses import replace
+
+    narrow = {**tiny.memories, "L2": replace(tiny.memories["L2"], peak_bytes_per_cycle=64)}
+    hw = replace(tiny, memories=narrow)
+    nbytes = 4096
+
+    def kernel(cores):
+        return one_kernel(cores, {"t": (1, nbytes // 2, 2)}).kernels[0]
+
+    def shared_load():
+        instr = load("t", nbytes)
+        instr.multicast = multicast
+        return instr
+
+    program = one_kernel([[load("t", nbytes)]], {"t": (1, nbytes // 2, 2)})
+    program.kernels.append(kernel([[shared_load()], [shared_load()]]))
+    trace = simulate_program(program, hw)
+    hits = [r for r in trace.records if r.kernel == 1]
+    assert [r.l2_hit_bytes for r in hits] == [nbytes, nbytes]
+    for record in hits:
+        assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + nbytes // (32 * multicast)

@@ -222,6 +222,9 @@ def test_the_validation_table_runs_and_reports_its_error():
     [row] = [line for line in result.stdout.splitlines() if line.startswith("V2 ")]
     assert "2.9 TF" in row and "%" in row
     assert "1 case in" in result.stdout and "median absolute error" in result.stdout
+    # the README's table shows this row as the simulator prints it today
+    readme = (Path(ROOT) / "README.md").read_text(encoding="utf-8")
+    assert row in readme.splitlines(), "refresh the README's table: benchmarks/validate.py"
 
 
 def test_an_interrupted_sweep_keeps_the_points_that_finished(tmp_path, monkeypatch, capsys):

@@ -69,3 +69,23 @@ def test_the_derived_default_tiling_is_always_legal(tiny, ascend, m, n, k, chip)
     hw = tiny if chip == "tiny" else ascend
     w = matmul_workload(hw, m, n, k)
     resolve_tiling(gemm_shape([w.ops[0]], w.tensors), TilingSpec(), hw, "mm")  # TilingError if not
+
+
+@pytest.mark.parametrize("split, shared", [({"m": 2, "n": 1}, "B"), ({"m": 1, "n": 2}, "A")])
+def test_a_cluster_shares_the_operand_its_cores_stage_alike(tiny, split, shared):
+    """Cores side by side in the M split stage the same B blocks (in the N split, the same A
+    blocks): with multicast, each carries half of the L2 port's bytes for them."""
+    from dataclasses import replace
+
+    hw = replace(tiny, multicast_cores=2)
+    tiling = {"base": {"m": 32, "n": 32, "k": 32}, "split": split}
+    workload = replace(matmul_workload(tiny, 64, 64, 64, tiling=tiling), hardware=hw)
+    program = lower_workload(workload)
+    loads = [i for core in program.kernels[0].cores for i in core.queues["MTE2"]]
+    assert {i.label.split()[1]: i.multicast for i in loads} == {
+        "A": 2 if shared == "A" else 1, "B": 2 if shared == "B" else 1}
+    report = simulate(workload).to_dict()
+    alone = simulate(matmul_workload(tiny, 64, 64, 64, tiling=tiling)).to_dict()
+    assert report["traffic"]["L2"]["multicast_bytes"] > 0
+    assert alone["traffic"]["L2"]["multicast_bytes"] == 0
+    assert report["traffic"]["L2"]["read_bytes"] < alone["traffic"]["L2"]["read_bytes"]
