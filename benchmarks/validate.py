@@ -41,6 +41,7 @@ class Case:
     source: str
     tiling: dict | None = None      # the tile shape the source measured, where it says
     transpose_b: bool = False       # B stored column-major (N x K)
+    b_layout: str = "nd"            # "nz": B stored in Ascend's fractal layout (CATLASS zN)
 
 
 def from_time(m: int, n: int, k: int, microseconds: float) -> float:
@@ -49,11 +50,12 @@ def from_time(m: int, n: int, k: int, microseconds: float) -> float:
 
 
 def catlass_tile(l1: tuple[int, int, int], l0_k: int, acc_buffers: int = 2) -> dict:
-    """A CATLASS L1TileShape <m, n, k> with its L0 k, as this simulator's tiling (a tile
-    whose accumulator fills L0C has one accumulator)."""
+    """A CATLASS L1TileShape <m, n, k> with its L0 k, as this simulator's tiling: its blocks
+    dealt to the cores in turn, as CATLASS's block scheduler does (a tile whose accumulator
+    fills L0C has one accumulator)."""
     m, n, k = l1
     return {"base": {"m": m, "n": n, "k": l0_k}, "step": {"k": k // l0_k},
-            "acc_buffers": acc_buffers}
+            "acc_buffers": acc_buffers, "split": "blocks"}
 
 
 CASES = (
@@ -80,10 +82,13 @@ CASES = (
          "catlass matmul_fast_tuning, 48.6 us, L1 tile 256x128x256", catlass_tile(
              (256, 128, 256), 64, acc_buffers=1), transpose_b=True),
     Case("A3", "ascend910b", "fp16", 20, 6144, 16384, from_time(20, 6144, 16384, 139.6),
-         "catlass matmul_fast_tuning, 139.6 us, L1 tile 32x320x128", catlass_tile(
+         "catlass matmul_fast_tuning, 139.6 us, L1 tile 32x320x128, B zN", catlass_tile(
+             (32, 320, 128), 32), b_layout="nz"),
+    Case("A3nd", "ascend910b", "fp16", 20, 6144, 16384, from_time(20, 6144, 16384, 252.4),
+         "catlass matmul_fast_tuning, 252.4 us, L1 tile 32x320x128, B row-major", catlass_tile(
              (32, 320, 128), 32)),
     Case("A4", "ascend910b", "fp16", 160, 6144, 2048, from_time(160, 6144, 2048, 35.3),
-         "catlass matmul_fast_tuning, 35.3 us (swizzle 4,1)"),
+         "catlass matmul_fast_tuning, 35.3 us (swizzle 4,1), B zN", b_layout="nz"),
 )
 
 
@@ -92,7 +97,7 @@ def gemm(case: Case):
     raw = {"name": f"{case.id}-{case.m}x{case.n}x{case.k}", "hardware": case.hardware,
            "dtype": case.dtype,
            "tensors": {"a": {"shape": [case.m, case.k]},
-                       "b": {"shape": b_shape, "kind": "weight"}},
+                       "b": {"shape": b_shape, "kind": "weight", "layout": case.b_layout}},
            "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c",
                     **({"attrs": {"transpose_b": True}} if case.transpose_b else {})}]}
     if case.tiling:

@@ -7,6 +7,10 @@ change to a mechanism is made here and reaches all of them.
 
   a move:        its engine's start-up, then its bytes at the path's rate (a move through
                  a shared memory also shares that memory's bandwidth: engine/bandwidth.py);
+  a transfer's shape: a global transfer moves a tile as contiguous runs (row-major: a row
+                 each; fractal NZ: a 32-byte-wide column of fractals each; one run if the
+                 tile spans the tensor that way), and its engine spends at least its
+                 `run_cycles` on each run, so short rows move below the path's rate;
   a multicast:   a read that serves several cores at once crosses the L2 port once: each
                  core's transfer carries its share of the port's bytes (and of its own rate);
   an engine's queue: up to its queue depth of global transfers in flight, their start-ups
@@ -31,6 +35,28 @@ from .graph.ops import OPS, operands_of
 def transfer_cycles(nbytes: int, latency_cycles: int, bytes_per_cycle: float) -> int:
     """A move alone on its path: the engine's start-up, then its bytes at the path's rate."""
     return latency_cycles + math.ceil(nbytes / bytes_per_cycle)
+
+
+NZ_FRACTAL_BYTES = 32   # Ascend's FRACTAL_NZ: 16-row fractals of 32 bytes per row (C0)
+
+
+def contiguous_runs(rows: int, cols: int, tensor_rows: int, tensor_cols: int,
+                    element_bytes: int = 2, nz: bool = False) -> int:
+    """The contiguous runs a rows × cols block of a 2-D tensor moves as. Row-major: one per
+    row, or one in all when the block spans whole rows. NZ (stored as columns of fractals,
+    each column all rows deep): one per fractal column it touches, or one in all when the
+    block spans whole columns."""
+    if nz:
+        return 1 if rows >= tensor_rows else -(-cols * element_bytes // NZ_FRACTAL_BYTES)
+    return 1 if cols >= tensor_cols else rows
+
+
+def shaped_rate(bytes_per_cycle: float, nbytes: int, runs: int, run_cycles: float) -> float:
+    """A global transfer's rate on its engine: the path's, unless its runs are too short for
+    the engine to issue them that fast (at least `run_cycles` per run)."""
+    if not run_cycles or not nbytes:
+        return bytes_per_cycle
+    return min(bytes_per_cycle, nbytes / (runs * run_cycles))
 
 
 def multicast_share(nbytes: float, cores: int) -> float:

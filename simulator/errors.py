@@ -84,3 +84,7 @@ class Problems:
     def raise_if_any(self) -> None:
         if self.items:
             raise ConfigError(self.source, self.items, tuple(self.unknown_paths))
+
+
+class InvariantError(AssertionError):
+    """The model broke physics (a bug in the simulator, never a user mistake)."""

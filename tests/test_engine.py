@@ -265,3 +265,37 @@ def test_a_multicast_read_crosses_the_l2_port_once_for_its_cluster(tiny, multica
     assert [r.l2_hit_bytes for r in hits] == [nbytes, nbytes]
     for record in hits:
         assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + nbytes // (32 * multicast)
+
+
+@pytest.mark.parametrize("cols, runs", [(32, 8), (64, 1)])
+def test_short_rows_move_at_the_engines_run_rate(tiny, cols, runs):
+    """An 8-row block of a 64-column fp16 tensor: 32 columns are 8 runs of 64 B, which an
+    engine spending 4 cycles per run moves at 16 B/cycle; whole rows are one run at 64."""
+    from dataclasses import replace
+
+    engines = {**tiny.engines, "MTE2": replace(tiny.engines["MTE2"], run_cycles=4.0)}
+    hw = replace(tiny, engines=engines)
+    nbytes = 8 * cols * 2
+    block = transfer("MTE2", "load", "HBM", "L1", nbytes, Region("t", 0, 8, 0, cols))
+    [record] = simulate_program(one_kernel([[block]], {"t": (8, 64, 2)}), hw).records
+    rate = min(64, nbytes / (runs * 4))
+    assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + HBM_LAT + nbytes / rate
+
+
+@pytest.mark.parametrize("serialise", [False, True])
+def test_same_address_reads_cross_the_l2_port_in_turn_where_the_chip_says_so(tiny, serialise):
+    """Two cores read one L2-resident block at once through a 128 B/cycle port at 64 B/cycle
+    each: side by side both land together; serialised, the second starts when the first is
+    done."""
+    from dataclasses import replace
+
+    hw = replace(tiny, l2_serialises_same_address=serialise)
+    nbytes = 4096
+    program = one_kernel([[load("t", nbytes)]], {"t": (1, nbytes // 2, 2)})
+    program.kernels.append(one_kernel([[load("t", nbytes)], [load("t", nbytes)]],
+                                      {"t": (1, nbytes // 2, 2)}).kernels[0])
+    first, second = sorted((r for r in simulate_program(program, hw).records if r.kernel == 1),
+                           key=lambda r: r.end_cycle)
+    alone = MTE2 + L2_LAT + nbytes // 64
+    assert first.end_cycle - first.start_cycle == alone
+    assert second.end_cycle - second.start_cycle == alone + (nbytes // 64 if serialise else 0)

@@ -89,3 +89,28 @@ def test_a_cluster_shares_the_operand_its_cores_stage_alike(tiny, split, shared)
     assert report["traffic"]["L2"]["multicast_bytes"] > 0
     assert alone["traffic"]["L2"]["multicast_bytes"] == 0
     assert report["traffic"]["L2"]["read_bytes"] < alone["traffic"]["L2"]["read_bytes"]
+
+
+def test_split_blocks_deals_whole_blocks_to_the_cores_in_waves(tiny):
+    """Three 32-column blocks on the tiny chip's two cores: core 0 runs blocks 0 and 2 one
+    after another, core 1 block 1, so the kernel outlasts one wave of two blocks."""
+    from simulator.viz.table import describe_tiling
+
+    tiling = {"base": {"m": 32, "n": 32, "k": 32}, "split": "blocks"}
+    workload = matmul_workload(tiny, 32, 96, 32, tiling=tiling)
+    kernel = lower_workload(workload).kernels[0]
+    columns = [sorted({i.region.col0 for i in core.queues["MTE2"] if i.region.tensor == "b"})
+               for core in kernel.cores]
+    assert columns == [[0, 64], [32]]
+    assert kernel.tiling["split"] == {"b": 1, "m": 1, "n": 3, "blocks": True}
+    assert describe_tiling(kernel.tiling).endswith("split blocks 1x3")
+    b_loaded = [sum(i.nbytes for i in core.queues["MTE2"] if i.region.tensor == "b")
+                for core in kernel.cores]
+    assert b_loaded[0] == 2 * b_loaded[1]       # (core 0 keeps its A block between cells)
+    one_wave = simulate(matmul_workload(tiny, 32, 64, 32, tiling=tiling)).to_dict()
+    assert simulate(workload).to_dict()["cycles"] > one_wave["cycles"]
+
+
+def test_a_split_that_is_neither_cores_nor_blocks_is_refused(tiny):
+    with pytest.raises(ConfigError, match=r"split: 'rows' is not a split: write .* or 'blocks'"):
+        matmul_workload(tiny, 32, 96, 32, tiling={"split": "rows"})

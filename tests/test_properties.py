@@ -51,20 +51,27 @@ def legal_workload(tiny, case, epilogue):
     return workload
 
 
-SHAPES = dict(case=cases(), epilogue=EPILOGUES, depth=st.sampled_from([1, 3]))
+SHAPES = dict(case=cases(), epilogue=EPILOGUES, depth=st.sampled_from([1, 3]),
+              blocks=st.booleans())
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**SHAPES)
-def test_physics_holds(tiny, case, epilogue, depth):
-    check_physics(with_queue_depth(tiny, depth), case, epilogue)
+def test_physics_holds(tiny, case, epilogue, depth, blocks):
+    check_physics(with_queue_depth(tiny, depth), by_blocks(case, blocks), epilogue)
 
 
 @pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**SHAPES)
-def test_physics_holds_broadly(tiny, case, epilogue, depth):
-    check_physics(with_queue_depth(tiny, depth), case, epilogue)
+def test_physics_holds_broadly(tiny, case, epilogue, depth, blocks):
+    check_physics(with_queue_depth(tiny, depth), by_blocks(case, blocks), epilogue)
+
+
+def by_blocks(case, blocks):
+    """The case with its split replaced by `split: blocks` (whole blocks dealt in waves)."""
+    m, n, k, tiling = case
+    return (m, n, k, dict(tiling, split="blocks")) if blocks else case
 
 
 def check_physics(tiny, case, epilogue):

@@ -11,15 +11,22 @@ from collections import Counter
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from ..config.hardware import BUFFERS, ENGINES, Hardware
-from ..cost import cube_peak_cycles, l2_port_bytes, memory_cycles, vector_peak_cycles
-from ..engine.world import InvariantError, PipeLog, Trace
+from ..cost import (
+    cube_peak_cycles,
+    l2_port_bytes,
+    memory_cycles,
+    shaped_rate,
+    vector_peak_cycles,
+)
+from ..engine.world import PipeLog, Trace
+from ..errors import InvariantError
 from ..schedule.lower import footprint_bytes
-from ..schedule.program import PIPES, Program
+from ..schedule.program import PIPES, Instr, Program, transfer_runs
 from ..version import format_mark
 from .roofline import Roofline, roofline
 
@@ -97,10 +104,21 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     logs_of = [[] for _ in program.kernels]
     for log in trace.pipes:
         logs_of[log.kernel].append(log)
-    rates = {path: rate for engine in hw.engines.values()
-             for path, rate in engine.path_bytes_per_cycle.items()}
+    engine_of = {path: engine for engine in hw.engines.values()
+                 for path in engine.path_bytes_per_cycle}
+
+    def rate_of(instr) -> float:
+        """A move's rate on its engine: the path's, below it for a global transfer of short
+        runs (cost.shaped_rate)."""
+        engine = engine_of[instr.src, instr.dst]
+        rate = engine.path_bytes_per_cycle[instr.src, instr.dst]
+        if instr.region is None or not engine.run_cycles:
+            return rate
+        return shaped_rate(rate, instr.nbytes, transfer_runs(instr, program),
+                           engine.run_cycles)
+
     engine_cycles = dict.fromkeys(ENGINES, 0.0)
-    kernel_traffic = [_tally(logs, busy, stalls, per_tensor, rates, engine_cycles)
+    kernel_traffic = [_tally(logs, busy, stalls, per_tensor, rate_of, engine_cycles)
                       for logs in logs_of]
     traffic = {level: {key: sum(t[level][key] for t in kernel_traffic)
                        for key in ("read_bytes", "write_bytes")} for level in LEVELS}
@@ -225,11 +243,11 @@ def _ceilings(program: Program, hw: Hardware, traffic: dict,
 
 
 def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,
-           rates: dict[tuple[str, str], float],
+           rate_of: Callable[[Instr], float],
            engine_cycles: dict[str, float]) -> dict[str, dict[str, int]]:
     """One pass over one kernel's pipe logs: returns the bytes read from and written to each
     level, and adds to the busy cycles and stalls per pipe, the traffic per tensor and each
-    engine's cycles of moving bytes at its paths' own rates (no start-ups, no sharing).
+    engine's cycles of moving bytes at its own rates (no start-ups, no sharing).
 
     The bytes an instruction names are counted once per distinct instruction, times the times
     it ran (the lowering reuses one instruction on every core and block). A global read is
@@ -259,7 +277,7 @@ def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,
                 entry["hbm_write_bytes"] += instr.nbytes
     for instr, times in ran.items():
         if instr.src is not None:
-            engine_cycles[instr.pipe] += times * instr.nbytes / rates[instr.src, instr.dst]
+            engine_cycles[instr.pipe] += times * instr.nbytes / rate_of(instr)
         for level, nbytes in instr.reads:
             if level != "HBM":      # how much came over HBM is in the log, above
                 traffic[level]["read_bytes"] += times * nbytes

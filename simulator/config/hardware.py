@@ -24,6 +24,7 @@ from .strict import (
     as_int,
     as_name,
     as_number,
+    one_of,
     override_label,
     read_yaml,
 )
@@ -66,6 +67,7 @@ class Engine:
     latency_cycles: int                               # fixed start-up cost of every transfer
     path_bytes_per_cycle: dict[tuple[str, str], float]  # (source, destination) -> per-core rate
     queue_depth: int = 1        # global-memory transfers one core's engine keeps in flight
+    run_cycles: float = 0.0     # least cycles it spends per contiguous run of a global transfer
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,9 @@ class Hardware:
     # cores one L2 read can deliver to at once (Hopper's TMA multicast within a cluster): a
     # matmul's cores that stage the same operand block share one read of it
     multicast_cores: int = 1
+    # cores reading the same block from L2 at once are served one after another (Ascend's
+    # same-address access conflict) rather than side by side
+    l2_serialises_same_address: bool = False
 
     def route(self, source: str, destination: str) -> tuple[Engine, float]:
         """The engine that moves data from source to destination, and its per-core rate."""
@@ -119,6 +124,7 @@ class Hardware:
             "memories": {n: asdict(m) for n, m in self.memories.items()},
             "buffer_bytes": dict(self.buffer_bytes),
             "engines": {n: {"latency_cycles": e.latency_cycles, "queue_depth": e.queue_depth,
+                            "run_cycles": e.run_cycles,
                             "path_bytes_per_cycle": {f"{s}->{d}": r for (s, d), r
                                                      in e.path_bytes_per_cycle.items()}}
                         for n, e in self.engines.items()},
@@ -127,6 +133,7 @@ class Hardware:
             "vector": asdict(self.vector),
             "launch_overhead_cycles": self.launch_overhead_cycles,
             "multicast_cores": self.multicast_cores,
+            "l2_serialises_same_address": self.l2_serialises_same_address,
         }
 
 
@@ -176,6 +183,7 @@ CLOCK_RANGE_HZ = (1e6, 1e11)            # 1 MHz to 100 GHz
 MAX_LATENCY_S = 100e-6                  # the start-up of any memory, engine or unit
 MAX_LAUNCH_OVERHEAD_S = 10e-3           # dispatching one kernel
 MAX_MULTICAST_CORES = 16               # Hopper's largest (non-portable) cluster
+MAX_RUN_CYCLES = 10_000.0               # one contiguous run of a transfer, in cycles
 MAX_QUEUE_DEPTH = 1024                  # transfers in flight on one core's engine
 MAX_COST_FACTOR = 1000.0                # cycles per byte of a vector op, relative to an add
 RATE_RANGE_BYTES_PER_CYCLE = (1e-3, 1e6)  # any memory, path or unit: 1 MB/s to 1 PB/s at 1 GHz
@@ -193,11 +201,13 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     rate = _rate(clock)
 
     memories = {}
-    multicast = 1
+    multicast, serialise = 1, False
     for mem in SHARED_MEMORIES:
         f = top.sub(mem)
         if mem == "L2":
             multicast = f.get("multicast", as_int(1, MAX_MULTICAST_CORES), default=1)
+            serialise = f.get("same_address_reads", one_of("share", "serialise"),
+                              default="share") == "serialise"
         memories[mem] = SharedMemory(
             name=mem,
             capacity_bytes=f.get("capacity", parse_size),
@@ -219,6 +229,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         f = top.sub(eng)
         start_cycles = f.get("latency", latency)
         queue_depth = f.get("queue_depth", as_int(1, MAX_QUEUE_DEPTH), default=1)
+        run_cycles = f.get("run_cycles", as_number(MAX_RUN_CYCLES), default=0.0)
         paths_f = f.sub("paths")
         rates = {}
         for key in paths_f.raw:
@@ -239,7 +250,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
                 problems.add(path_name, str(exc))
         paths_f.finish()
         f.finish()
-        engines[eng] = Engine(eng, start_cycles, rates, queue_depth)
+        engines[eng] = Engine(eng, start_cycles, rates, queue_depth, run_cycles)
 
     cube_f = top.sub("cube")
     cube_latency = cube_f.get("latency", latency)
@@ -275,7 +286,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     problems.raise_if_any()
     return Hardware(name, source, clock_hz, cores, memories, buffer_bytes, engines,
                     Cube(cube_latency, fractal), Vector(vec_rate, vec_latency, factors), launch,
-                    multicast)
+                    multicast, serialise)
 
 
 def _clock(value: Any) -> float:

@@ -38,6 +38,7 @@ MAX_DIMENSION = 2**32          # a param or a tensor dimension; no chip holds a 
 MAX_RANK = 8                   # dimensions of one tensor
 MAX_EXPRESSION_CHARS = 200     # a shape expression such as '(hidden + 1) / 2'
 TENSOR_KINDS = ("activation", "weight", "cache")
+LAYOUTS = ("nd", "nz")             # row-major, or Ascend's fractal (FRACTAL_NZ) layout
 ORDERS = ("m", "n")
 FUSION_MODES = ("none", "auto")
 
@@ -49,6 +50,7 @@ class Tensor:
     dtype: str
     kind: str                  # activation | weight | intermediate (produced by an op)
     path: str = ""             # where it is declared, or the op that produces it
+    layout: str = "nd"         # nd: row-major; nz: Ascend's fractal layout (see cost.py)
 
     @property
     def nbytes(self) -> int:
@@ -80,6 +82,7 @@ class TilingSpec:
     split_b: int | None = None
     split_m: int | None = None
     split_n: int | None = None
+    split_blocks: bool | None = None    # `split: blocks`: deal whole base blocks to the cores
     acc_buffers: int | None = None
     path: str = ""
 
@@ -180,10 +183,11 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
         shape = tf.get("shape", lambda v: _shape(v, params))
         tdtype = tf.get("dtype", one_of(*DTYPES), default=dtype)
         kind = tf.get("kind", one_of(*TENSOR_KINDS), default="activation")
+        layout = tf.get("layout", one_of(*LAYOUTS), default="nd")
         tf.finish()
         if shape is not None:
             tensors[str(tname)] = Tensor(str(tname), shape, tdtype or "fp16",
-                                         kind or "activation", tf.path)
+                                         kind or "activation", tf.path, layout or "nd")
 
     broken = {str(name) for name in tensors_f.raw} - set(tensors)
     raw_ops = top.get("ops", _list_of_mappings)
@@ -325,7 +329,15 @@ def _parse_tiling(f: Fields, op_kinds: dict[str, str],
         t = Fields(f.raw[key], path, problems)
         base = t.sub("base", default={})
         step = t.sub("step", default={})
-        split = t.sub("split", default={})
+        split_raw = t.raw.get("split") if isinstance(t.raw, dict) else None
+        split_blocks = split_raw == "blocks"
+        if isinstance(split_raw, str) and not split_blocks:
+            problems.add(join(path, "split"), f"{quote(split_raw)} is not a split: write "
+                         "{b: B, m: M, n: N} (cores per dimension) or 'blocks' (every base "
+                         "block dealt to the cores in turn)")
+            split_raw = {}
+        split = Fields({} if split_blocks else split_raw, join(path, "split"), problems)
+        t.used.add("split")
         dim = as_int(1, 1 << 20)
         spec = TilingSpec(
             base_m=base.get("m", dim, None), base_n=base.get("n", dim, None),
@@ -333,7 +345,8 @@ def _parse_tiling(f: Fields, op_kinds: dict[str, str],
             order=t.get("order", one_of(*ORDERS), None),
             buffers=t.get("buffers", as_int(1, 2), None), split_b=split.get("b", dim, None),
             split_m=split.get("m", dim, None), split_n=split.get("n", dim, None),
-            acc_buffers=t.get("acc_buffers", as_int(1, 2), None), path=path)
+            acc_buffers=t.get("acc_buffers", as_int(1, 2), None),
+            split_blocks=split_blocks or None, path=path)
         for sub in (base, step, split, t):
             sub.finish()
         given = [name.replace("_", ".") if name.startswith(("base", "step", "split")) else name

@@ -10,7 +10,8 @@ from collections import deque
 from functools import partial
 
 from ..cost import transfer_cycles
-from .world import KernelSpan, PipeLog, World, _GlobalTransfer, landing_delay
+from .transfer import _GlobalTransfer, landing_delay
+from .world import KernelSpan, PipeLog, World
 
 
 class ProcessPerPipeWorld(World):
@@ -53,7 +54,7 @@ class ProcessPerPipeWorld(World):
                                bandwidth_wait, transfer.hit_bytes, transfer.hbm_bytes))
             in_flight.popleft().succeed()
 
-        for instr in log.instrs:
+        for position, instr in enumerate(log.instrs):
             if in_flight and instr.region is None:      # on-chip work after the transfers
                 yield env.all_of(list(in_flight))
             elif len(in_flight) >= depth:               # a full queue
@@ -75,7 +76,8 @@ class ProcessPerPipeWorld(World):
             if instr.region is not None:
                 in_flight.append(env.event())
                 last[0] = _GlobalTransfer(self, instr, start,
-                                          partial(landed, wait_data, wait_slot), after=last[0])
+                                          partial(landed, wait_data, wait_slot), after=last[0],
+                                          order=(log.kernel, log.core, log.pipe, position))
                 continue
             if instr.src is None:
                 yield env.timeout(instr.cycles)

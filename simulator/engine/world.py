@@ -28,17 +28,19 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property, partial
 from itertools import chain
+from operator import attrgetter
 from typing import Callable, Iterable, Iterator, NamedTuple
 
 import numpy as np
 import simpy
 
 from ..config.hardware import Hardware
-from ..cost import l2_port_bytes, multicast_share, transfer_cycles
-from ..errors import SimulatorError
-from ..schedule.program import CoreProgram, Instr, Program
+from ..cost import shaped_rate, transfer_cycles
+from ..errors import InvariantError, SimulatorError
+from ..schedule.program import CoreProgram, Instr, Program, transfer_runs
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
+from .transfer import _AfterTheCycle, _GlobalTransfer, landing_delay
 
 
 @contextmanager
@@ -52,10 +54,6 @@ def gc_paused():
     finally:
         if collecting:
             gc.enable()
-
-
-class InvariantError(AssertionError):
-    """The model broke physics (a bug in the simulator, never a user mistake)."""
 
 
 class CycleBudgetError(SimulatorError):
@@ -215,7 +213,13 @@ class World:
         self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
                        for path, rate in engine.path_bytes_per_cycle.items()}
         self.queue_depths = {name: engine.queue_depth for name, engine in hw.engines.items()}
+        self.run_cycles = {path: engine.run_cycles for engine in hw.engines.values()
+                           for path in engine.path_bytes_per_cycle}
+        self.runs: dict[Instr, int] = {}    # a global transfer's contiguous runs
         self.private_cycles: dict[Instr, int] = {}    # see _compute_private_cycles
+        self.beginning: dict[int, list[_GlobalTransfer]] = {}   # see begin_at
+        # readers of one block crossing the L2 port one after another (see _GlobalTransfer)
+        self.same_address: dict | None = {} if hw.l2_serialises_same_address else None
         self.l2_latency = hw.memories["L2"].latency_cycles
         self.hbm_latency = hw.memories["HBM"].latency_cycles
 
@@ -342,7 +346,8 @@ class World:
                 pipe.clock = start
                 pipe.last_transfer = _GlobalTransfer(
                     self, instr, start, partial(self._landed, state, pipe, wait_data, wait_slot),
-                    after=pipe.last_transfer)
+                    after=pipe.last_transfer,
+                    order=(state.kernel, state.core, pipe.name, pipe.position - 1))
                 continue
             cycles = private_cycles.get(instr)
             if cycles is None:
@@ -351,6 +356,31 @@ class World:
             self._retire(state, pipe, instr, start, pipe.clock, wait_data, wait_slot, 0, 0, 0)
         if not pipe.in_flight:
             state.unfinished -= 1
+
+    def begin_at(self, cycle: int, transfer: _GlobalTransfer) -> None:
+        """Begin a global transfer at `cycle`, after every other event of that cycle and in the
+        order of its key among the transfers beginning then: L2 lookups of one cycle then
+        happen in one order, whichever order the engine issued them in."""
+        batch = self.beginning.get(cycle)
+        if batch is None:
+            batch = self.beginning[cycle] = []
+            _AfterTheCycle(self.env, cycle - self.env.now).callbacks.append(
+                partial(self._begin_batch, cycle))
+        batch.append(transfer)
+
+    def _begin_batch(self, cycle: int, _event) -> None:
+        for transfer in sorted(self.beginning.pop(cycle), key=attrgetter("order")):
+            transfer._begin(None)
+
+    def shaped(self, instr: Instr, bytes_per_cycle: float) -> float:
+        """A global transfer's rate on a path of `bytes_per_cycle`, given its shape."""
+        run_cycles = self.run_cycles[(instr.src, instr.dst)]
+        if not run_cycles:
+            return bytes_per_cycle
+        runs = self.runs.get(instr)
+        if runs is None:
+            runs = self.runs[instr] = transfer_runs(instr, self.program)
+        return shaped_rate(bytes_per_cycle, instr.nbytes, runs, run_cycles)
 
     def _compute_private_cycles(self, instr: Instr) -> int:
         """How long an instruction that needs no shared memory takes: compute its cycles, an
@@ -455,126 +485,6 @@ class World:
         if not keys:
             return np.zeros(0, np.int64), np.zeros(0, np.int64)
         return np.concatenate(keys), np.concatenate(changes)
-
-
-class _Fetch:
-    """Cells on their way from HBM into L2. A reader that hits them waits until they land;
-    only such a reader makes a SimPy event of it."""
-    __slots__ = ("triggered", "event")
-
-    def __init__(self):
-        self.triggered = False
-        self.event: simpy.Event | None = None
-
-    def landing(self, env: simpy.Environment) -> simpy.Event:
-        if self.event is None:
-            self.event = env.event()
-        return self.event
-
-    def land(self) -> None:
-        self.triggered = True
-        if self.event is not None:
-            self.event.succeed()
-
-
-class _GlobalTransfer:
-    """One transfer to or from global memory, stepped by SimPy callbacks (a process per
-    transfer would cost an event and a generator more): at its start cycle it looks up L2,
-    waits its latency, then moves its bytes over each shared memory they cross, at the
-    shared rate.
-
-    A global-memory read: hits cross the L2 port (after any other core's fetch of the same
-    cells has landed), misses are fetched over HBM (filling L2). A write goes through to HBM
-    and allocates in L2. An engine keeps several transfers in flight, so a transfer's start-up
-    overlaps the data of the ones before it, but it moves their data in order: a transfer's
-    bytes start moving once the transfer issued before it on the same engine (`after`) has
-    landed. The time beyond the uncontended cycles is waiting on the shared memories and on
-    the engine."""
-    __slots__ = ("world", "instr", "start", "landed", "legs", "leg", "hit_bytes", "hbm_bytes",
-                 "ideal", "fill", "in_flight", "after", "follower", "finished")
-
-    def __init__(self, world: World, instr: Instr, start: int,
-                 landed: Callable[[_GlobalTransfer], None], after: _GlobalTransfer | None):
-        self.world, self.instr, self.start, self.landed = world, instr, start, landed
-        self.after = None if after is None or after.finished else after
-        self.follower: _GlobalTransfer | None = None
-        self.finished = False
-        env = world.env
-        if start < env.now:
-            raise InvariantError(f"{instr.label} would start at cycle {start}, "
-                                 f"before the global clock ({env.now})")
-        env.timeout(start - env.now).callbacks.append(self._begin)
-
-    def _begin(self, _event) -> None:
-        world, instr = self.world, self.instr
-        src, dst = instr.src, instr.dst
-        latency, rate = world.routes[(src, dst)]
-        self.fill = self.in_flight = None
-        if src == "HBM":
-            self.fill = _Fetch()
-            self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region,
-                                                                          self.fill)
-            latency += world.l2_latency + (world.hbm_latency if self.hbm_bytes else 0)
-            port_bytes, l2_rate = self.hit_bytes, world.routes[("L2", dst)][1]
-            if instr.multicast > 1:     # the cluster's one read: this core's share of it
-                port_bytes = l2_port_bytes(self.hit_bytes, instr.multicast)
-                l2_rate = multicast_share(l2_rate, instr.multicast)
-            self.legs = (("HBM", self.hbm_bytes, rate), ("L2", port_bytes, l2_rate))
-        else:
-            world.l2.write(instr.region)
-            self.hit_bytes, self.hbm_bytes = 0, instr.nbytes
-            latency += world.l2_latency + world.hbm_latency
-            self.legs = (("HBM", self.hbm_bytes, rate),)
-        self.ideal = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in self.legs)
-        self.leg = 0
-        world.env.timeout(latency).callbacks.append(self._next_leg)
-
-    def _next_leg(self, _event) -> None:
-        """Start the next leg that has bytes to move; when none is left, finish."""
-        after = self.after
-        if after is not None:           # the engine is still moving an earlier transfer
-            self.after = None
-            if not after.finished:
-                after.follower = self
-                return
-        while self.leg < len(self.legs):
-            channel, nbytes, cap = self.legs[self.leg]
-            if channel == "L2" and self.in_flight:      # hits wait for fetches of their cells
-                env, in_flight, self.in_flight = self.world.env, self.in_flight, None
-                pending = [fetch.landing(env) for fetch in in_flight if not fetch.triggered]
-                if pending:
-                    env.all_of(pending).callbacks.append(self._next_leg)
-                    return
-            if nbytes:
-                self.world.channels[channel].transfer(nbytes, cap).callbacks.append(
-                    self._leg_done)
-                return
-            self._leg_done(None)
-        self._finish()
-
-    def _leg_done(self, _event) -> None:
-        if self.legs[self.leg][0] == "HBM" and self.fill is not None:
-            self.fill.land()        # the fetched cells are in L2
-            self.fill = None
-        self.leg += 1
-        if _event is not None:
-            self._next_leg(None)
-
-    def _finish(self) -> None:
-        if self.fill is not None:
-            self.fill.land()
-        self.finished = True
-        self.landed(self)
-        if self.follower is not None:
-            self.follower._next_leg(None)
-
-
-def landing_delay(transfer: _GlobalTransfer, previous_landing: int) -> int:
-    """How much later than it could have a transfer landed: beyond its uncontended time and
-    beyond the landing of the transfer before it on its engine. These delays never overlap on
-    one engine, so they add up to time, like every other stall."""
-    return max(0, int(transfer.world.env.now) - max(transfer.start + transfer.ideal,
-                                                    previous_landing))
 
 
 def simulate_program(program: Program, hw: Hardware, max_cycles: int | None = None) -> Trace:

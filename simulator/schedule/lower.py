@@ -44,7 +44,6 @@ from .tiling import (
     multicast_sides,
     resolve_tiling,
     round_up,
-    single_core_extent,
 )
 
 
@@ -79,7 +78,8 @@ def lower(workload: Workload, plan: Plan) -> Program:
     geometry = {t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in workload.tensors.values()}
     # compulsory traffic: every input read once, every kernel's result written once
     compulsory = sum(nbytes for role, nbytes in roles.values() if role != "on_chip")
-    return Program(lowered, geometry, compulsory, roles)
+    nz = frozenset(t.name for t in workload.tensors.values() if t.layout == "nz")
+    return Program(lowered, geometry, compulsory, roles, nz)
 
 
 # Roles of tensors that occupy HBM while the workload runs (a view shares its source's bytes,
@@ -144,22 +144,21 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
     shape = gemm_shape(list(kernel.gemms), tensors)
     t = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
     _refuse_if_too_large(kernel, shape, t, hw)
-    fm, fn, _ = hw.cube.fractal[shape.dtype]
-    core_b = -(-shape.batch // t.split_b)
-    core_m = single_core_extent(shape.m, t.split_m, fm)
-    core_n = single_core_extent(shape.n, t.split_n, fn)
-    cores = []
-    chunks = chunks_by_shape.setdefault((shape, t), {})
-    multicast = multicast_sides(t, hw.multicast_cores, len(kernel.gemms))
+    cell_b, cell_m, cell_n = t.cell_extents(shape, hw.cube.fractal[shape.dtype])
+    cells = []
     for cb in range(t.split_b):
         for cm in range(t.split_m):
             for cn in range(t.split_n):
-                b0, b1 = cb * core_b, min(shape.batch, (cb + 1) * core_b)
-                m0, m1 = cm * core_m, min(shape.m, (cm + 1) * core_m)
-                n0, n1 = cn * core_n, min(shape.n, (cn + 1) * core_n)
+                b0, b1 = cb * cell_b, min(shape.batch, (cb + 1) * cell_b)
+                m0, m1 = cm * cell_m, min(shape.m, (cm + 1) * cell_m)
+                n0, n1 = cn * cell_n, min(shape.n, (cn + 1) * cell_n)
                 if b0 < b1 and m0 < m1 and n0 < n1:
-                    cores.append(_MatmulCore(kernel, workload, hw, shape, t, chunks,
-                                             multicast).emit(range(b0, b1), (m0, m1), (n0, n1)))
+                    cells.append((range(b0, b1), (m0, m1), (n0, n1)))
+    chunks = chunks_by_shape.setdefault((shape, t), {})
+    multicast = multicast_sides(t, hw.multicast_cores, len(kernel.gemms))
+    # cell i runs on core i mod cores: one cell each, or with `split: blocks` in waves
+    cores = [_MatmulCore(kernel, workload, hw, shape, t, chunks, multicast).emit(
+        cells[core::hw.cores]) for core in range(min(hw.cores, len(cells)))]
     ins = {name for op in kernel.ops for name in op.inputs} - {op.output for op in kernel.ops}
     plan = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
     if kernel.epilogue:
@@ -211,7 +210,8 @@ class _MatmulCore:
         g = len(self.bs)
         self.side_names = ["A"] + (["B"] if g == 1 else [f"B{i}" for i in range(g)])
 
-    def emit(self, batches: range, m_range: tuple[int, int], n_range: tuple[int, int]):
+    def emit(self, cells: list[tuple[range, tuple[int, int], tuple[int, int]]]):
+        """The core's program for its cells (batches, rows, columns), one after another."""
         t, shape = self.t, self.shape
         core = self.core = new_core_program()
         chunk_k = t.base_k * t.step_k
@@ -230,20 +230,24 @@ class _MatmulCore:
             cols = shape.n if self.kernel.rowwise else t.base_n
             self.chain = VectorChain(core, list(self.kernel.ops), self.workload, self.hw,
                                      t.buffers, min(t.base_m, shape.m), cols, t.base_n)
-        (m0, m1), (n0, n1) = m_range, n_range
-        blocks = [(b, bm, bn) for b in batches for bm in range(m0, m1, t.base_m)
-                  for bn in range(n0, n1, t.base_n)]
-        if t.order == "m":
-            blocks.sort(key=lambda block: (block[0], block[2], block[1]))
-        steps = self._plan_steps(blocks, m1, n1, chunk_k)
-        self._emit_steps(steps, n0, n1)
+        steps = []
+        for batches, (m0, m1), (n0, n1) in cells:
+            blocks = [(b, bm, bn) for b in batches for bm in range(m0, m1, t.base_m)
+                      for bn in range(n0, n1, t.base_n)]
+            if t.order == "m":
+                blocks.sort(key=lambda block: (block[0], block[2], block[1]))
+            steps += self._plan_steps(blocks, (m1, n0, n1), chunk_k, steps[-1][4] if steps
+                                      else None)
+        self._emit_steps(steps)
         return core
 
-    def _plan_steps(self, blocks, m1: int, n1: int, chunk_k: int) -> list:
-        """Each (block, K chunk) with the L1 chunks it needs and whether each is fresh: a chunk
-        equal to the one staged just before is reused in place."""
+    def _plan_steps(self, blocks, cell: tuple[int, int, int], chunk_k: int,
+                    staged_before: list[Region] | None) -> list:
+        """Each (block, K chunk) of one cell with the L1 chunks it needs and whether each is
+        fresh: a chunk equal to the one staged just before is reused in place."""
         t, shape = self.t, self.shape
-        staged: dict[int, Region | None] = {}
+        m1, n0, n1 = cell
+        staged: dict[int, Region | None] = dict(enumerate(staged_before or ()))
         steps = []
         for b, bm, bn in blocks:
             rows, cols = (bm, min(m1, bm + t.base_m)), (bn, min(n1, bn + t.base_n))
@@ -254,10 +258,10 @@ class _MatmulCore:
                          for name, bshape, tb, _ in self.bs]
                 fresh = [staged.get(side) != key for side, key in enumerate(keys)]
                 staged.update(enumerate(keys))
-                steps.append((b, rows, cols, depth, keys, fresh))
+                steps.append((b, rows, cols, depth, keys, fresh, (n0, n1)))
         return steps
 
-    def _emit_steps(self, steps: list, n0: int, n1: int) -> None:
+    def _emit_steps(self, steps: list) -> None:
         core = self.core
         l1 = [self.l1_a, *self.l1_b]
         last_use = {}
@@ -269,7 +273,8 @@ class _MatmulCore:
                 last_use[(side, current)] = index
         slot_of = {}
         acc_slots = []
-        for index, (b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh) in enumerate(steps):
+        for index, (b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1)) in enumerate(
+                steps):
             rows, cols = bm1 - bm, bn1 - bn
             for side, region in enumerate(keys):
                 if fresh[side]:

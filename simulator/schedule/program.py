@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..cost import contiguous_runs
+
 PIPES = ("MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3")
 
 
@@ -45,6 +47,14 @@ class Instr:
     acquire: tuple[str, int] | None = None           # buffer slot taken at start
     release: tuple[tuple[str, int], ...] = ()        # slots freed at end
     multicast: int = 1                # cores one L2 read of this region serves at once
+
+
+def transfer_runs(instr: Instr, program: Program) -> int:
+    """The contiguous runs a global transfer moves its region as (see cost.contiguous_runs)."""
+    region = instr.region
+    rows, cols, element_bytes = program.tensor_geometry[region.tensor]
+    return contiguous_runs(region.row1 - region.row0, region.col1 - region.col0, rows, cols,
+                           element_bytes, region.tensor in program.nz_tensors)
 
 
 def transfer(pipe: str, label: str, src: str, dst: str, nbytes: int,
@@ -142,6 +152,7 @@ class Program:
     tensor_geometry: dict[str, tuple[int, int, int]]   # tensor -> (rows, cols, element bytes)
     compulsory_hbm_bytes: int                          # external inputs once + outputs once
     tensor_roles: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (role, bytes)
+    nz_tensors: frozenset[str] = frozenset()           # stored in Ascend's fractal NZ layout
 
     @property
     def instruction_count(self) -> int:

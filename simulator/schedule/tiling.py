@@ -15,7 +15,13 @@ from dataclasses import asdict, dataclass, replace
 
 from ..config.hardware import ACCUMULATOR_BYTES, Hardware
 from ..config.workload import TilingSpec
-from ..cost import cube_call_cycles, multicast_share, queued_transfers_cycles
+from ..cost import (
+    contiguous_runs,
+    cube_call_cycles,
+    multicast_share,
+    queued_transfers_cycles,
+    shaped_rate,
+)
 from ..errors import SimulatorError
 from ..units import format_size
 
@@ -35,6 +41,8 @@ class MatmulShape:
     dtype: str         # the Cube's input dtype (selects the fractal)
     batch: int = 1     # independent matmuls of this shape (batch_matmul)
     gemms: int = 1     # GEMMs sharing A in one kernel (2 for a dual gate/up GEMM)
+    a_nz: bool = False  # A or B stored in the fractal NZ layout (cost.contiguous_runs)
+    b_nz: bool = False
 
 
 @dataclass(frozen=True)
@@ -49,16 +57,37 @@ class Tiling:
     split_m: int
     split_n: int
     acc_buffers: int | None = None   # L0C accumulator depth (Ascend's dbL0C); None = buffers
+    # `split: blocks`: every base block is a cell of its own, dealt to the cores in turn (cell
+    # i to core i mod cores), so more blocks than cores run in waves, as a CUDA grid or
+    # CATLASS's block scheduler runs them; split_b/m/n then count the blocks
+    split_blocks: bool = False
 
     @property
     def l0c_buffers(self) -> int:
         return self.acc_buffers or self.buffers
 
+    def cell_extents(self, shape: MatmulShape, fractal: tuple[int, int, int]) -> tuple[int, ...]:
+        """The batch, rows and columns of one cell of the split (the last cell may get less):
+        whole base blocks with `split: blocks`, else an even share rounded to the fractal."""
+        if self.split_blocks:
+            return 1, self.base_m, self.base_n
+        return (-(-shape.batch // self.split_b), single_core_extent(shape.m, self.split_m,
+                                                                    fractal[0]),
+                single_core_extent(shape.n, self.split_n, fractal[1]))
+
+    def cores_used(self, cores: int) -> int:
+        return min(cores, self.split_b * self.split_m * self.split_n)
+
+    def waves(self, cores: int) -> int:
+        """How many cells the busiest core runs, one after another."""
+        return -(-self.split_b * self.split_m * self.split_n // cores)
+
     def to_dict(self) -> dict:
         return {"base": {"m": self.base_m, "n": self.base_n, "k": self.base_k},
                 "step": {"k": self.step_k}, "order": self.order, "buffers": self.buffers,
                 "acc_buffers": self.l0c_buffers,
-                "split": {"b": self.split_b, "m": self.split_m, "n": self.split_n}}
+                "split": {"b": self.split_b, "m": self.split_m, "n": self.split_n,
+                          **({"blocks": True} if self.split_blocks else {})}}
 
 
 def gemm_shape(gemms: list, tensors: dict) -> MatmulShape:
@@ -70,7 +99,8 @@ def gemm_shape(gemms: list, tensors: dict) -> MatmulShape:
     batch, m, n, k = matmul_dims(operands_of(op, tensors), op.attrs)
     return MatmulShape(m=m, n=n, k=k, a_bytes=DTYPE_BYTES[a.dtype], b_bytes=DTYPE_BYTES[b.dtype],
                        out_bytes=DTYPE_BYTES[tensors[op.output].dtype], dtype=a.dtype,
-                       batch=batch, gemms=len(gemms))
+                       batch=batch, gemms=len(gemms), a_nz=a.layout == "nz",
+                       b_nz=b.layout == "nz")
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -118,7 +148,7 @@ def check_tiling(shape: MatmulShape, t: Tiling, hw: Hardware, path: str, kernel:
     if t.step_k * t.base_k > round_up(shape.k, fk) and t.step_k > 1:
         problems.append(f"{path}.step.k: step.k × base.k = {t.step_k} × {t.base_k} = "
                         f"{t.step_k * t.base_k} is larger than K={shape.k} of kernel '{kernel}'")
-    if t.split_b * t.split_m * t.split_n > hw.cores:
+    if t.split_b * t.split_m * t.split_n > hw.cores and not t.split_blocks:
         problems.append(f"{path}.split: split.b × split.m × split.n = {t.split_b} × {t.split_m} "
                         f"× {t.split_n} = {t.split_b * t.split_m * t.split_n} cores, but "
                         f"{hw.name} has {hw.cores}")
@@ -139,6 +169,9 @@ def resolve_tiling(shape: MatmulShape, spec: TilingSpec, hw: Hardware, kernel: s
     derived = default_tiling(shape, hw, spec)
     given = {k: v for k, v in asdict(spec).items() if k != "path" and v is not None}
     tiling = Tiling(**{**asdict(derived), **given})
+    if tiling.split_blocks:
+        tiling = replace(tiling, split_b=shape.batch, split_m=-(-shape.m // tiling.base_m),
+                         split_n=-(-shape.n // tiling.base_n))
     problems = check_tiling(shape, tiling, hw, spec.path or "schedule.tiling", kernel)
     if problems:
         raise TilingError("\n".join(problems))
@@ -257,12 +290,12 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
     the vector cost classes of a fused epilogue. It ranks tilings; the simulation decides."""
     fm, fn, fk = hw.cube.fractal[shape.dtype]
     g = shape.gemms
-    core_m = min(shape.m, single_core_extent(shape.m, t.split_m, fm))
-    core_n = min(shape.n, single_core_extent(shape.n, t.split_n, fn))
-    batch = -(-shape.batch // t.split_b)
+    batch, core_m, core_n = t.cell_extents(shape, hw.cube.fractal[shape.dtype])
+    core_m, core_n = min(shape.m, core_m), min(shape.n, core_n)
     m_blocks, n_blocks = -(-core_m // t.base_m), -(-core_n // t.base_n)
     k_blocks = -(-shape.k // t.base_k)
-    blocks = batch * m_blocks * n_blocks
+    waves = t.waves(hw.cores)       # cells the busiest core runs one after another
+    blocks = batch * m_blocks * n_blocks * waves
     rows = min(t.base_m, shape.m)
     cube = blocks * k_blocks * g * cube_call_cycles(hw.cube, rows, t.base_n, t.base_k,
                                                     hw.cube.fractal[shape.dtype])
@@ -273,19 +306,27 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
                                                 * shape.b_bytes / rate_b))
     chunk = min(shape.k, t.base_k * t.step_k)
     chunks = -(-shape.k // chunk)
-    a_loads = batch * m_blocks if chunks == 1 and t.order == "n" else blocks * chunks
-    b_loads = batch * n_blocks if chunks == 1 and t.order == "m" else blocks * chunks
+    a_loads = batch * m_blocks * waves if chunks == 1 and t.order == "n" else blocks * chunks
+    b_loads = batch * n_blocks * waves if chunks == 1 and t.order == "m" else blocks * chunks
     a_load_bytes = a_loads * rows * chunk * shape.a_bytes
     b_load_bytes = g * b_loads * chunk * t.base_n * shape.b_bytes
     mte2_bytes = a_load_bytes + b_load_bytes
     shared = multicast_sides(t, hw.multicast_cores, g)     # a cluster's one read serves all
     port_share = (multicast_share(a_load_bytes, shared.get(0, 1))
                   + multicast_share(b_load_bytes, shared.get(1, 1))) / mte2_bytes
-    mte2_latency, mte2_rate = _route(hw, "HBM", "L1")
+    mte2_latency, path_rate = _route(hw, "HBM", "L1")
+    # short rows move below the path's rate (cost.shaped_rate): the engine's blended rate
+    run_cycles = hw.engines["MTE2"].run_cycles
+    a_rate = shaped_rate(path_rate, rows * chunk * shape.a_bytes, contiguous_runs(
+        rows, chunk, shape.m, shape.k, shape.a_bytes, shape.a_nz), run_cycles)
+    b_rate = shaped_rate(path_rate, chunk * t.base_n * shape.b_bytes, contiguous_runs(
+        chunk, t.base_n, shape.k, shape.n, shape.b_bytes, shape.b_nz), run_cycles)
+    mte2_rate = mte2_bytes / (a_load_bytes / a_rate + b_load_bytes / b_rate)
     l2, hbm = hw.memories["L2"], hw.memories["HBM"]
-    used = t.split_b * t.split_m * t.split_n
+    used = t.cores_used(hw.cores)
     out_bytes = shape.batch * shape.m * shape.n * shape.out_bytes
-    hbm_bytes = _hbm_bytes(shape, hw, m_blocks, n_blocks)
+    hbm_bytes = _hbm_bytes(shape, hw, *((t.split_m, t.split_n) if t.split_blocks
+                                        else (m_blocks, n_blocks)))
     miss_bytes = min(mte2_bytes, hbm_bytes / used)           # this core's share of the misses
     transfers = a_loads + g * b_loads
     miss_transfers = transfers * miss_bytes / mte2_bytes

@@ -93,6 +93,8 @@ def describe_tiling(t: dict | None) -> str:
         return "vector tiles"
     split = t["split"]
     cores = "x".join(str(split[d]) for d in ("b", "m", "n") if d != "b" or split[d] > 1)
+    if split.get("blocks"):
+        cores = f"blocks {cores}"
     return (f"base {t['base']['m']}x{t['base']['n']}x{t['base']['k']} step.k {t['step']['k']} "
             f"order {t['order']} buffers {t['buffers']}"
             + (f" acc {t['acc_buffers']}" if t.get("acc_buffers", t["buffers"]) != t["buffers"]

@@ -1,0 +1,169 @@
+"""Global-memory transfers: one transfer to or from HBM through L2, stepped by SimPy
+callbacks. The engine (world.py) and its reference twin (reference.py) both start them, so
+both time them alike: its L2 lookup, its legs over the shared memories, its place in its
+engine's queue and, on a chip that serialises them, behind other readers of its block."""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import TYPE_CHECKING, Callable
+
+import simpy
+
+from ..cost import l2_port_bytes, multicast_share
+from ..errors import InvariantError
+from ..schedule.program import Instr
+
+if TYPE_CHECKING:
+    from .world import World
+
+
+class _AfterTheCycle(simpy.events.Event):
+    """An event processed after every ordinary event of its cycle: SimPy runs the events of
+    one time by priority (urgent 0, normal 1), and this one has 2."""
+
+    def __init__(self, env: simpy.Environment, delay: int):
+        super().__init__(env)
+        self._ok, self._value = True, None
+        env.schedule(self, 2, delay)
+
+
+class _Fetch:
+    """Cells on their way from HBM into L2. A reader that hits them waits until they land;
+    only such a reader makes a SimPy event of it."""
+    __slots__ = ("triggered", "event")
+
+    def __init__(self):
+        self.triggered = False
+        self.event: simpy.Event | None = None
+
+    def landing(self, env: simpy.Environment) -> simpy.Event:
+        if self.event is None:
+            self.event = env.event()
+        return self.event
+
+    def land(self) -> None:
+        self.triggered = True
+        if self.event is not None:
+            self.event.succeed()
+
+
+class _GlobalTransfer:
+    """One transfer to or from global memory, stepped by SimPy callbacks (a process per
+    transfer would cost an event and a generator more): at its start cycle it looks up L2,
+    waits its latency, then moves its bytes over each shared memory they cross, at the
+    shared rate.
+
+    A global-memory read: hits cross the L2 port (after any other core's fetch of the same
+    cells has landed), misses are fetched over HBM (filling L2). A write goes through to HBM
+    and allocates in L2. An engine keeps several transfers in flight, so a transfer's start-up
+    overlaps the data of the ones before it, but it moves their data in order: a transfer's
+    bytes start moving once the transfer issued before it on the same engine (`after`) has
+    landed. On a chip whose L2 serialises same-address reads, readers of one block cross the
+    L2 port one after another, in the order they got there. The time beyond the uncontended
+    cycles is waiting on the shared memories and on the engine."""
+    __slots__ = ("world", "instr", "start", "landed", "legs", "leg", "hit_bytes", "hbm_bytes",
+                 "ideal", "fill", "in_flight", "after", "follower", "finished", "queued",
+                 "order")
+
+    def __init__(self, world: World, instr: Instr, start: int,
+                 landed: Callable[[_GlobalTransfer], None], after: _GlobalTransfer | None,
+                 order: tuple):
+        self.world, self.instr, self.start, self.landed = world, instr, start, landed
+        self.order = order      # (kernel, core, pipe, position): see World.begin_at
+        self.after = None if after is None or after.finished else after
+        self.follower: _GlobalTransfer | None = None
+        self.finished = self.queued = False
+        env = world.env
+        if start < env.now:
+            raise InvariantError(f"{instr.label} would start at cycle {start}, "
+                                 f"before the global clock ({env.now})")
+        world.begin_at(start, self)
+
+    def _begin(self, _event) -> None:
+        world, instr = self.world, self.instr
+        src, dst = instr.src, instr.dst
+        latency, rate = world.routes[(src, dst)]
+        rate = world.shaped(instr, rate)
+        self.fill = self.in_flight = None
+        if src == "HBM":
+            self.fill = _Fetch()
+            self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region,
+                                                                          self.fill)
+            latency += world.l2_latency + (world.hbm_latency if self.hbm_bytes else 0)
+            port_bytes, l2_rate = self.hit_bytes, world.shaped(instr, world.routes[("L2", dst)][1])
+            if instr.multicast > 1:     # the cluster's one read: this core's share of it
+                port_bytes = l2_port_bytes(self.hit_bytes, instr.multicast)
+                l2_rate = multicast_share(l2_rate, instr.multicast)
+            self.legs = (("HBM", self.hbm_bytes, rate), ("L2", port_bytes, l2_rate))
+        else:
+            world.l2.write(instr.region)
+            self.hit_bytes, self.hbm_bytes = 0, instr.nbytes
+            latency += world.l2_latency + world.hbm_latency
+            self.legs = (("HBM", self.hbm_bytes, rate),)
+        self.ideal = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in self.legs)
+        self.leg = 0
+        world.env.timeout(latency).callbacks.append(self._next_leg)
+
+    def _next_leg(self, _event) -> None:
+        """Start the next leg that has bytes to move; when none is left, finish."""
+        after = self.after
+        if after is not None:           # the engine is still moving an earlier transfer
+            self.after = None
+            if not after.finished:
+                after.follower = self
+                return
+        while self.leg < len(self.legs):
+            channel, nbytes, cap = self.legs[self.leg]
+            if channel == "L2" and self.in_flight:      # hits wait for fetches of their cells
+                env, in_flight, self.in_flight = self.world.env, self.in_flight, None
+                pending = [fetch.landing(env) for fetch in in_flight if not fetch.triggered]
+                if pending:
+                    env.all_of(pending).callbacks.append(self._next_leg)
+                    return
+            if nbytes:
+                readers = self.world.same_address
+                if channel == "L2" and readers is not None and not self.queued:
+                    self.queued = True
+                    queue = readers.setdefault(self.instr.region, deque())
+                    queue.append(self)
+                    if len(queue) > 1:
+                        return      # the reader before it moves it on
+                self.world.channels[channel].transfer(nbytes, cap).callbacks.append(
+                    self._leg_done)
+                return
+            self._leg_done(None)
+        self._finish()
+
+    def _leg_done(self, _event) -> None:
+        if self.legs[self.leg][0] == "HBM" and self.fill is not None:
+            self.fill.land()        # the fetched cells are in L2
+            self.fill = None
+        elif self.queued:           # the next reader of the block crosses the L2 port
+            readers = self.world.same_address
+            queue = readers[self.instr.region]
+            queue.popleft()
+            if queue:
+                queue[0]._next_leg(None)
+            else:
+                del readers[self.instr.region]
+        self.leg += 1
+        if _event is not None:
+            self._next_leg(None)
+
+    def _finish(self) -> None:
+        if self.fill is not None:
+            self.fill.land()
+        self.finished = True
+        self.landed(self)
+        if self.follower is not None:
+            self.follower._next_leg(None)
+
+
+def landing_delay(transfer: _GlobalTransfer, previous_landing: int) -> int:
+    """How much later than it could have a transfer landed: beyond its uncontended time and
+    beyond the landing of the transfer before it on its engine. These delays never overlap on
+    one engine, so they add up to time, like every other stall."""
+    return max(0, int(transfer.world.env.now) - max(transfer.start + transfer.ideal,
+                                                    previous_landing))
