@@ -19,6 +19,9 @@ change to a mechanism is made here and reaches all of them.
                  fractals padded;
   a vector op:   the unit's start-up, then elements × the widest operand's bytes × the
                  op class's cost factor at the unit's rate;
+  a launch:      the host issues kernels one launch overhead apart (all at once after one
+                 with graph launch) while the device runs the earlier ones, and a kernel starts
+                 its device gap after the one before it ends, or when issued if that is later;
   a kernel's bound: the busier of the Cube (FLOPs at peak) and the vector unit (its work
                  at its rate on every core), against its bytes at peak HBM bandwidth.
 """
@@ -75,6 +78,22 @@ def queued_transfers_cycles(transfers: float, start_cycles: float, data_cycles: 
     start-ups overlap each other and earlier data, the data moves in order, so the run takes
     its data's time or its start-ups shared among the transfers in flight, the longer."""
     return max(data_cycles, (transfers * start_cycles + data_cycles) / in_flight)
+
+
+def kernel_start_cycle(index: int, previous_end: int, hw: Hardware) -> int:
+    """When kernel `index` (from 0) of a back-to-back sequence can start on the device."""
+    issued = hw.launch_overhead_cycles * (1 if hw.graph_launch else index + 1)
+    return issued if index == 0 else max(issued, previous_end + hw.kernel_gap)
+
+
+def launch_bound_cycles(kernels: int, hw: Hardware) -> float:
+    """The least time launches alone take for `kernels` back-to-back kernels: the first
+    launch and a device gap before each later kernel, and the host's issuing of them all."""
+    if not kernels:
+        return 0.0
+    device = hw.launch_overhead_cycles + (kernels - 1) * hw.kernel_gap
+    host = hw.launch_overhead_cycles * (1 if hw.graph_launch else kernels)
+    return float(max(device, host))
 
 
 def fractal_steps(m: int, n: int, k: int, fractal: tuple[int, int, int]) -> int:

@@ -299,3 +299,35 @@ def test_same_address_reads_cross_the_l2_port_in_turn_where_the_chip_says_so(tin
     alone = MTE2 + L2_LAT + nbytes // 64
     assert first.end_cycle - first.start_cycle == alone
     assert second.end_cycle - second.start_cycle == alone + (nbytes // 64 if serialise else 0)
+
+
+@pytest.mark.parametrize("graph, gap, expected_second_start", [
+    (False, None, LAUNCH + 140 + LAUNCH),   # no gap given: each launch waits a whole overhead
+    (False, 10, LAUNCH + 140 + 10),         # issued at 200, the device free at 240 + 10
+    (True, 10, LAUNCH + 140 + 10),
+])
+def test_a_launch_overlaps_the_kernel_before_it(tiny, graph, gap, expected_second_start):
+    """Two back-to-back kernels of one 640-byte load (140 cycles) each: the host issues the
+    second while the first runs, so it starts a device gap after the first ends."""
+    from dataclasses import replace
+
+    hw = replace(tiny, kernel_gap_cycles=gap, graph_launch=graph)
+    program = one_kernel([[load("a", 640)]], {"a": (1, 320, 2), "b": (1, 320, 2)})
+    program.kernels.append(one_kernel([[load("b", 640)]], {}).kernels[0])
+    trace = simulate_program(program, hw)
+    first, second = trace.kernels
+    assert first.run_cycle == LAUNCH and first.end_cycle == LAUNCH + 140
+    assert second.run_cycle == expected_second_start
+
+
+@pytest.mark.parametrize("graph, expected", [(False, 2 * LAUNCH), (True, LAUNCH + 10)])
+def test_short_kernels_wait_on_the_host_unless_launched_as_a_graph(tiny, graph, expected):
+    """Kernels shorter than a launch: streamed, the host's issuing paces them; as a graph,
+    all are issued at once and only the device gap remains."""
+    from dataclasses import replace
+
+    hw = replace(tiny, kernel_gap_cycles=10, graph_launch=graph)
+    program = one_kernel([[]], {})
+    program.kernels.append(one_kernel([[]], {}).kernels[0])
+    _, second = simulate_program(program, hw).kernels
+    assert second.run_cycle == expected

@@ -19,6 +19,7 @@ from ..config.hardware import BUFFERS, ENGINES, Hardware
 from ..cost import (
     cube_peak_cycles,
     l2_port_bytes,
+    launch_bound_cycles,
     memory_cycles,
     shaped_rate,
     vector_peak_cycles,
@@ -150,7 +151,7 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
         kernels.append({
             "name": kernel.name, "ops": list(kernel.ops), "fused": kernel.fused,
             "unit": kernel.unit, "cycles": span.end_cycle - span.start_cycle,
-            "launch_cycles": hw.launch_overhead_cycles, "flops": kernel.flops,
+            "launch_cycles": span.run_cycle - span.start_cycle, "flops": kernel.flops,
             "roofline_cycles": bound.per_kernel[span.index],
             "traffic": kernel_traffic[span.index], "tiling": kernel.tiling,
             "cores_used": len(kernel.cores), "instructions": kernel.instruction_count,
@@ -185,7 +186,9 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
         "intermediates": intermediates,
         "utilization": utilization,
         "stalls": stalls,
-        "launch_overhead_cycles": hw.launch_overhead_cycles * len(program.kernels),
+        # the time the chip waited on launches (a later launch overlaps the kernel before it)
+        "launch_overhead_cycles": sum(span.run_cycle - span.start_cycle
+                                      for span in trace.kernels),
         "memory_footprint": {**{f"{role}_bytes": n for role, n in
                                 footprint_bytes(program.tensor_roles).items()},
                              "hbm_capacity_bytes": hbm.capacity_bytes},
@@ -238,7 +241,7 @@ def _ceilings(program: Program, hw: Hardware, traffic: dict,
         "hbm": memory_cycles(traffic["HBM"]["read_bytes"] + traffic["HBM"]["write_bytes"], hw),
         "l2": memory_cycles(traffic["L2"]["read_bytes"], hw, "L2"),
         **{engine: cycles / hw.cores for engine, cycles in engine_cycles.items()},
-        "launch": float(hw.launch_overhead_cycles * len(program.kernels)),
+        "launch": launch_bound_cycles(len(program.kernels), hw),
     }
 
 

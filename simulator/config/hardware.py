@@ -20,6 +20,7 @@ from .strict import (
     HARDWARE_PREFIX,
     Fields,
     apply_overrides,
+    as_bool,
     as_fraction,
     as_int,
     as_name,
@@ -101,6 +102,16 @@ class Hardware:
     # cores reading the same block from L2 at once are served one after another (Ascend's
     # same-address access conflict) rather than side by side
     l2_serialises_same_address: bool = False
+    # launches: the host issues kernels one launch_overhead apart (all at once, after one,
+    # with graph_launch) while the device runs earlier ones; a kernel that waits on the one
+    # before starts kernel_gap after it ends (by default a whole launch: no overlap)
+    kernel_gap_cycles: int | None = None
+    graph_launch: bool = False
+
+    @property
+    def kernel_gap(self) -> int:
+        return self.launch_overhead_cycles if self.kernel_gap_cycles is None \
+            else self.kernel_gap_cycles
 
     def route(self, source: str, destination: str) -> tuple[Engine, float]:
         """The engine that moves data from source to destination, and its per-core rate."""
@@ -133,6 +144,7 @@ class Hardware:
             "vector": asdict(self.vector),
             "launch_overhead_cycles": self.launch_overhead_cycles,
             "multicast_cores": self.multicast_cores,
+            "kernel_gap_cycles": self.kernel_gap, "graph_launch": self.graph_launch,
             "l2_serialises_same_address": self.l2_serialises_same_address,
         }
 
@@ -279,6 +291,8 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     vec_f.finish()
 
     launch = top.get("launch_overhead", _latency(clock, MAX_LAUNCH_OVERHEAD_S))
+    kernel_gap = top.get("kernel_gap", _latency(clock, MAX_LAUNCH_OVERHEAD_S), default=None)
+    graph_launch = top.get("graph_launch", as_bool, default=False)
     top.finish()
     if not problems.items:
         _check_topology(served, problems)
@@ -286,7 +300,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     problems.raise_if_any()
     return Hardware(name, source, clock_hz, cores, memories, buffer_bytes, engines,
                     Cube(cube_latency, fractal), Vector(vec_rate, vec_latency, factors), launch,
-                    multicast, serialise)
+                    multicast, serialise, kernel_gap, graph_launch)
 
 
 def _clock(value: Any) -> float:

@@ -339,6 +339,13 @@ def as_number(maximum: float) -> Callable[[Any], float]:
     return parse
 
 
+def as_bool(value: Any) -> bool:
+    """true or false (YAML's own booleans; 'yes' and 1 are refused)."""
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {describe(value)}")
+    return value
+
+
 def as_name(value: Any) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected a non-empty string, got {describe(value)} {quote(value)}")

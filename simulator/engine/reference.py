@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections import deque
 from functools import partial
 
-from ..cost import transfer_cycles
+from ..cost import kernel_start_cycle, transfer_cycles
 from .transfer import _GlobalTransfer, landing_delay
 from .world import KernelSpan, PipeLog, World
 
@@ -19,8 +19,9 @@ class ProcessPerPipeWorld(World):
 
     def _kernels(self):
         for index, kernel in enumerate(self.program.kernels):
-            start = self.env.now
-            yield self.env.timeout(self.hw.launch_overhead_cycles)
+            start = int(self.env.now)
+            yield self.env.timeout(kernel_start_cycle(index, start, self.hw) - start)
+            run = int(self.env.now)
             pipes = []
             for core_index, core in enumerate(kernel.cores):
                 flags = [[count, []] for count in core.flag_initial]
@@ -31,7 +32,7 @@ class ProcessPerPipeWorld(World):
                         pipes.append(self.env.process(
                             self._pipe(log, core, flags, self.queue_depths.get(pipe, 1))))
             yield self.env.all_of(pipes)
-            self.spans.append(KernelSpan(index, start, int(self.env.now)))
+            self.spans.append(KernelSpan(index, start, int(self.env.now), run))
 
     def _pipe(self, log, core, flags, depth):
         env = self.env

@@ -35,7 +35,7 @@ import numpy as np
 import simpy
 
 from ..config.hardware import Hardware
-from ..cost import shaped_rate, transfer_cycles
+from ..cost import kernel_start_cycle, shaped_rate, transfer_cycles
 from ..errors import InvariantError, SimulatorError
 from ..schedule.program import CoreProgram, Instr, Program, transfer_runs
 from .bandwidth import SharedChannel
@@ -120,8 +120,9 @@ class PipeLog:
 @dataclass(frozen=True)
 class KernelSpan:
     index: int
-    start_cycle: int           # launch begins
+    start_cycle: int           # the kernel before it ended (0 for the first): its launch wait
     end_cycle: int             # last instruction of the last core done
+    run_cycle: int = 0         # its cores began
 
 
 @dataclass(frozen=True)
@@ -282,8 +283,8 @@ class World:
 
     def _kernels(self):
         for index, kernel in enumerate(self.program.kernels):
-            start = self.env.now
-            yield self.env.timeout(self.hw.launch_overhead_cycles)
+            start = int(self.env.now)
+            yield self.env.timeout(kernel_start_cycle(index, start, self.hw) - start)
             self.kernel_started = int(self.env.now)
             cores_done = []
             for core_index, core in enumerate(kernel.cores):
@@ -297,7 +298,7 @@ class World:
             end = max((done.value for done in cores_done), default=self.env.now)
             if end > self.env.now:
                 yield self.env.timeout(end - self.env.now)
-            self.spans.append(KernelSpan(index, start, int(self.env.now)))
+            self.spans.append(KernelSpan(index, start, int(self.env.now), self.kernel_started))
 
     def _move(self, state: _CoreState) -> None:
         """Move every pipe of a core that can. A pipe runs until it needs a flag nobody has set

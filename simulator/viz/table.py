@@ -38,7 +38,7 @@ def render_report(report) -> str:
         f"{d['hbm_bandwidth_tbps']:.2f} peak "
         f"({d['achieved_hbm_tbps'] / d['hbm_bandwidth_tbps'] * 100:.1f}%)",
         f"  launch      {d['launch_overhead_cycles'] * us:12,.2f} µs   "
-        f"({len(d['kernels'])} kernel launches)",
+        f"waited on ({len(d['kernels'])} kernel launch{'es' * (len(d['kernels']) != 1)})",
         f"  footprint   {fmt_bytes(footprint['total_bytes']):>12}   in HBM of "
         f"{fmt_bytes(footprint['hbm_capacity_bytes'])} "
         f"({footprint['total_bytes'] / footprint['hbm_capacity_bytes'] * 100:.1f}%)",
