@@ -82,3 +82,13 @@ def test_compare_variant_axes_from_repeated_sets():
     assert common == ["params.tokens=8"]
     assert variants == [("fusion=none", ["schedule.fusion=none"]),
                         ("fusion=auto", ["schedule.fusion=auto"])]
+
+
+def test_each_kernel_of_the_decode_layer_says_what_binds_it(reports):
+    """Every projection streams its weights (HBM binds); a norm moves a few KB and waits on
+    fixed costs (latency)."""
+    kernels = {k["name"]: k for k in reports("llama7b_decode_layer")["kernels"]}
+    for name in ("q_proj", "k_proj", "v_proj", "gate+up+act+glu", "down+ffn_resid"):
+        assert (kernels[name]["bound"], kernels[name]["binding"]) == ("memory", "hbm"), name
+    for name in ("attn_norm", "ffn_norm"):
+        assert kernels[name]["bound"] == "latency", name

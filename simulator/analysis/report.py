@@ -118,9 +118,10 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
         return shaped_rate(rate, instr.nbytes, transfer_runs(instr, program),
                            engine.run_cycles)
 
-    engine_cycles = dict.fromkeys(ENGINES, 0.0)
+    kernel_engine_cycles = [dict.fromkeys(ENGINES, 0.0) for _ in program.kernels]
     kernel_traffic = [_tally(logs, busy, stalls, per_tensor, rate_of, engine_cycles)
-                      for logs in logs_of]
+                      for logs, engine_cycles in zip(logs_of, kernel_engine_cycles)]
+    engine_cycles = {engine: sum(e[engine] for e in kernel_engine_cycles) for engine in ENGINES}
     traffic = {level: {key: sum(t[level][key] for t in kernel_traffic)
                        for key in ("read_bytes", "write_bytes")} for level in LEVELS}
     traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses,
@@ -135,12 +136,9 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
 
     peak_tflops = _peak_tflops(program, hw)
     achieved_tflops = flops / time_s / 1e12
-    ceilings = _ceilings(program, hw, traffic, engine_cycles)
-    binding = max(ceilings, key=lambda name: ceilings[name])     # first of equals: in order
-    if ceilings[binding] / cycles < LATENCY_BOUND_BELOW or binding == "launch":
-        bound_kind = "latency"
-    else:
-        bound_kind = "compute" if binding in COMPUTE_CEILINGS else "memory"
+    ceilings = _ceilings(program.kernels, hw, traffic, engine_cycles,
+                         launch_bound_cycles(len(program.kernels), hw))
+    bound_kind, binding = _classify(ceilings, cycles)
 
     middle = [e for e in per_tensor.values() if e["role"] == "intermediate"]
     intermediates = {key: sum(e[key] for e in middle) for key in
@@ -148,12 +146,21 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
 
     kernels = []
     for span, kernel in zip(trace.kernels, program.kernels):
+        # the least launch wait of a kernel in the sequence: a whole launch for the first,
+        # the device gap for the others
+        first_launch = launch_bound_cycles(1, hw)
+        kernel_ceilings = _ceilings(
+            [kernel], hw, kernel_traffic[span.index], kernel_engine_cycles[span.index],
+            first_launch if span.index == 0 else min(hw.kernel_gap, first_launch))
+        kernel_bound, kernel_binding = _classify(kernel_ceilings,
+                                                 max(span.end_cycle - span.start_cycle, 1))
         kernels.append({
             "name": kernel.name, "ops": list(kernel.ops), "fused": kernel.fused,
             "unit": kernel.unit, "cycles": span.end_cycle - span.start_cycle,
             "launch_cycles": span.run_cycle - span.start_cycle, "flops": kernel.flops,
             "roofline_cycles": bound.per_kernel[span.index],
             "traffic": kernel_traffic[span.index], "tiling": kernel.tiling,
+            "bound": kernel_bound, "binding": kernel_binding,
             "cores_used": len(kernel.cores), "instructions": kernel.instruction_count,
             "buffer_plan_bytes": kernel.buffer_plan_bytes,
         })
@@ -229,20 +236,29 @@ def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: 
                                  " more than came from global memory")
 
 
-def _ceilings(program: Program, hw: Hardware, traffic: dict,
-              engine_cycles: dict[str, float]) -> dict[str, float]:
-    """The least time each resource needs for the work this run gave it, spread evenly over
-    the cores: the Cube's FLOPs and the vector unit's work at peak, the bytes HBM and L2
-    actually served at their peak bandwidth, each engine's bytes at its own paths' rates,
-    and the kernel launches in series. The largest is the ceiling the run is held to."""
+def _ceilings(kernels: list, hw: Hardware, traffic: dict, engine_cycles: dict[str, float],
+              launch_cycles: float) -> dict[str, float]:
+    """The least time each resource needs for the work these kernels were given, spread
+    evenly over the cores: the Cube's FLOPs and the vector unit's work at peak, the bytes HBM
+    and L2 actually served at their peak bandwidth, each engine's bytes at its own paths'
+    rates, and the launches. The largest is the ceiling the run is held to."""
     return {
-        "cube": sum(cube_peak_cycles(k.cube_flops, k.dtype, hw) for k in program.kernels),
-        "vector": vector_peak_cycles(sum(k.vector_work_bytes for k in program.kernels), hw),
+        "cube": sum(cube_peak_cycles(k.cube_flops, k.dtype, hw) for k in kernels),
+        "vector": vector_peak_cycles(sum(k.vector_work_bytes for k in kernels), hw),
         "hbm": memory_cycles(traffic["HBM"]["read_bytes"] + traffic["HBM"]["write_bytes"], hw),
         "l2": memory_cycles(traffic["L2"]["read_bytes"], hw, "L2"),
         **{engine: cycles / hw.cores for engine, cycles in engine_cycles.items()},
-        "launch": launch_bound_cycles(len(program.kernels), hw),
+        "launch": launch_cycles,
     }
+
+
+def _classify(ceilings: dict[str, float], cycles: int) -> tuple[str, str]:
+    """The bound (compute, memory or latency) and the binding ceiling: the highest, unless
+    none reaches LATENCY_BOUND_BELOW of the time or launches bind, which is latency."""
+    binding = max(ceilings, key=lambda name: ceilings[name])     # first of equals: in order
+    if ceilings[binding] / cycles < LATENCY_BOUND_BELOW or binding == "launch":
+        return "latency", binding
+    return ("compute" if binding in COMPUTE_CEILINGS else "memory"), binding
 
 
 def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,

@@ -178,12 +178,17 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
 MAX_INSTRUCTIONS = 5_000_000
 
 
-def _refuse_if_too_large(kernel: Kernel, shape: MatmulShape, t: Tiling, hw: Hardware) -> None:
+def instruction_count(shape: MatmulShape, t: Tiling, epilogue_ops: int) -> int:
+    """About how many instructions a matmul kernel lowers to with this tiling."""
     g = shape.gemms
     blocks = (shape.batch * -(-shape.m // t.base_m) * -(-shape.n // t.base_n))
     k_blocks = -(-shape.k // t.base_k)
     chunks = -(-shape.k // (t.base_k * t.step_k))
-    count = blocks * (k_blocks * (1 + 2 * g) + chunks * (1 + g) + g + 2 * len(kernel.epilogue))
+    return blocks * (k_blocks * (1 + 2 * g) + chunks * (1 + g) + g + 2 * epilogue_ops)
+
+
+def _refuse_if_too_large(kernel: Kernel, shape: MatmulShape, t: Tiling, hw: Hardware) -> None:
+    count = instruction_count(shape, t, len(kernel.epilogue))
     if count > MAX_INSTRUCTIONS:
         raise TilingError(
             f"{kernel.gemms[0].path}: kernel '{kernel.name}' would need about {count:,} "

@@ -21,6 +21,7 @@ from ..errors import SimulatorError, check_count
 from ..graph.fusion import Kernel, Plan, plan_kernels
 from ..graph.ops import OPS, operands_of
 from .epilogue import epilogue_refusal
+from .lower import MAX_INSTRUCTIONS, instruction_count
 from .tiling import (
     Tiling,
     TilingError,
@@ -33,6 +34,7 @@ from .tiling import (
 )
 from .tiling import estimate_cycles as tiling_estimate
 
+ESTIMATE_TIE = 0.01    # estimates this close rank alike: the analytic model is not finer
 BASE_M = (16, 32, 64, 128, 256)
 BASE_N = (16, 32, 64, 128, 256, 512)
 BASE_K = (16, 32, 64, 128, 256)
@@ -77,7 +79,9 @@ def legal_tilings(kernel: Kernel, workload: Workload) -> list[Tiling]:
                 if (step > 1 and step * bk > round_up(shape.k, fk)) or (acc and buffers == 1):
                     continue
                 t = Tiling(bm, bn, bk, step, order, buffers, *split, acc_buffers=acc)
-                if not check_tiling(shape, t, hw, "", kernel.name):
+                # legal, and small enough to simulate
+                if (not check_tiling(shape, t, hw, "", kernel.name) and instruction_count(
+                        shape, t, len(kernel.epilogue)) <= MAX_INSTRUCTIONS):
                     tilings.append(t)
     if kernel.epilogue:
         tilings = [t for t in tilings if _epilogue_fits(kernel, workload, t)]
@@ -112,16 +116,21 @@ def tune_kernel(kernel: Kernel, workload: Workload, top: int = 4, pool=None) -> 
     shape = gemm_shape(list(kernel.gemms), workload.tensors)
     default = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
     legal = legal_tilings(kernel, workload)
-    ranked = sorted(legal, key=lambda t: (estimate_cycles(kernel, workload, t), _key(t)))
-    # the best-ranked of each block shape: tilings that differ only in step or order
-    # simulate alike, so spend the simulations on different shapes
-    shapes: dict[tuple, Tiling] = {}
+    estimates = {t: estimate_cycles(kernel, workload, t) for t in legal}
+    ranked = sorted(legal, key=lambda t: (estimates[t], _key(t)))
+    # one tiling of each of the best-ranked block shapes: tilings that differ only in step,
+    # order or K depth simulate alike, so spend the simulations on different shapes; of a
+    # shape's tilings the estimate cannot tell apart, the one with the fewest instructions
+    # (the cheapest to simulate, and on silicon the least to issue)
+    groups: dict[tuple, list[Tiling]] = {}
     for t in ranked:
-        shapes.setdefault((t.base_m, t.base_n, t.buffers, t.l0c_buffers, t.split_b, t.split_m,
-                           t.split_n), t)
-        if len(shapes) == top:
-            break
-    trials = [default] + [t for t in shapes.values() if t != default]
+        groups.setdefault((t.base_m, t.base_n, t.buffers, t.l0c_buffers, t.split_b, t.split_m,
+                           t.split_n), []).append(t)
+    shapes = []
+    for members in list(groups.values())[:top]:
+        alike = [t for t in members if estimates[t] <= estimates[members[0]] * (1 + ESTIMATE_TIE)]
+        shapes.append(min(alike, key=lambda t: instruction_count(shape, t, len(kernel.epilogue))))
+    trials = [default] + [t for t in shapes if t != default]
     jobs = [(workload, kernel, t) for t in trials]
     cycles = list(pool.map(simulate_kernel, jobs)) if pool else list(map(simulate_kernel, jobs))
     best_cycles, best = min(zip(cycles, trials), key=lambda pair: (pair[0], _key(pair[1])))
