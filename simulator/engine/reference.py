@@ -10,7 +10,7 @@ from collections import deque
 from functools import partial
 
 from ..cost import kernel_start_cycle, transfer_cycles
-from .transfer import _GlobalTransfer, landing_delay
+from .transfer import GlobalTransfer, landing_delay
 from .world import KernelSpan, PipeLog, World
 
 
@@ -76,7 +76,7 @@ class ProcessPerPipeWorld(World):
             start = int(env.now)
             if instr.region is not None:
                 in_flight.append(env.event())
-                last[0] = _GlobalTransfer(self, instr, start,
+                last[0] = GlobalTransfer(self, instr, start,
                                           partial(landed, wait_data, wait_slot), after=last[0],
                                           order=(log.kernel, log.core, log.pipe, position))
                 continue

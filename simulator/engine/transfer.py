@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .world import World
 
 
-class _AfterTheCycle(simpy.events.Event):
+class AfterTheCycle(simpy.events.Event):
     """An event processed after every ordinary event of its cycle: SimPy runs the events of
     one time by priority (urgent 0, normal 1), and this one has 2."""
 
@@ -49,7 +49,7 @@ class _Fetch:
             self.event.succeed()
 
 
-class _GlobalTransfer:
+class GlobalTransfer:
     """One transfer to or from global memory, stepped by SimPy callbacks (a process per
     transfer would cost an event and a generator more): at its start cycle it looks up L2,
     waits its latency, then moves its bytes over each shared memory they cross, at the
@@ -68,12 +68,12 @@ class _GlobalTransfer:
                  "order")
 
     def __init__(self, world: World, instr: Instr, start: int,
-                 landed: Callable[[_GlobalTransfer], None], after: _GlobalTransfer | None,
+                 landed: Callable[[GlobalTransfer], None], after: GlobalTransfer | None,
                  order: tuple):
         self.world, self.instr, self.start, self.landed = world, instr, start, landed
         self.order = order      # (kernel, core, pipe, position): see World.begin_at
         self.after = None if after is None or after.finished else after
-        self.follower: _GlobalTransfer | None = None
+        self.follower: GlobalTransfer | None = None
         self.finished = self.queued = False
         env = world.env
         if start < env.now:
@@ -81,7 +81,8 @@ class _GlobalTransfer:
                                  f"before the global clock ({env.now})")
         world.begin_at(start, self)
 
-    def _begin(self, _event) -> None:
+    def begin(self) -> None:
+        """At its start cycle (World.begin_at): look L2 up, then wait the latency."""
         world, instr = self.world, self.instr
         src, dst = instr.src, instr.dst
         latency, rate = world.routes[(src, dst)]
@@ -161,7 +162,7 @@ class _GlobalTransfer:
             self.follower._next_leg(None)
 
 
-def landing_delay(transfer: _GlobalTransfer, previous_landing: int) -> int:
+def landing_delay(transfer: GlobalTransfer, previous_landing: int) -> int:
     """How much later than it could have a transfer landed: beyond its uncontended time and
     beyond the landing of the transfer before it on its engine. These delays never overlap on
     one engine, so they add up to time, like every other stall."""

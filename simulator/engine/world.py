@@ -1,7 +1,8 @@
 """The SimPy world: runs a Program on a Hardware and returns the Trace.
 
-Lifecycle: build (channels, L2) → for each kernel: launch overhead, then every
-core's pipes run their in-order queues → collect. Time is integer cycles.
+Lifecycle: build (channels, L2) → for each kernel: its launch (overlapping the kernel
+before it, cost.kernel_start_cycle), then every core's pipes run their in-order queues →
+collect. Time is integer cycles.
 Every executed instruction leaves one `Record` in the trace; every statistic of
 the report is derived from those records. A pipe logs only the ints a record
 adds to its instruction (times, waits, bytes) and records are built from the
@@ -13,8 +14,9 @@ work, on-chip moves) depends on nothing but the pipe's own clock and the
 flags it waits on, so its times are computed on the spot, running ahead of
 the global clock, and every flag set carries the cycle it becomes visible
 at. A pipe stops only to wait for a flag nobody has set yet (whoever sets it
-moves the pipe on) or at a global transfer, which SimPy starts at its cycle
-and which moves the pipe on when it lands. The times are exactly those of a
+moves the pipe on) or for a global transfer of its own to land: its engine's
+queue is full, or on-chip work follows the transfers (engine/transfer.py times
+them on SimPy's clock). The times are exactly those of a
 SimPy process per pipe waiting on every flag (tests/test_engine_reference.py
 checks it), at about a seventh of the events.
 """
@@ -40,7 +42,7 @@ from ..errors import InvariantError, SimulatorError
 from ..schedule.program import CoreProgram, Instr, Program, transfer_runs
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
-from .transfer import _AfterTheCycle, _GlobalTransfer, landing_delay
+from .transfer import AfterTheCycle, GlobalTransfer, landing_delay
 
 
 @contextmanager
@@ -171,7 +173,7 @@ class _Pipe:
         self.depth = depth
         self.in_flight = 0
         self.blocked = False            # waits for a transfer of its own to land
-        self.last_transfer: _GlobalTransfer | None = None  # the next one's data follows it
+        self.last_transfer: GlobalTransfer | None = None  # the next one's data follows it
         self.landed_at = clock          # when its latest global transfer landed
 
     def must_wait_for_landing(self, instr: Instr) -> bool:
@@ -218,8 +220,8 @@ class World:
                            for path in engine.path_bytes_per_cycle}
         self.runs: dict[Instr, int] = {}    # a global transfer's contiguous runs
         self.private_cycles: dict[Instr, int] = {}    # see _compute_private_cycles
-        self.beginning: dict[int, list[_GlobalTransfer]] = {}   # see begin_at
-        # readers of one block crossing the L2 port one after another (see _GlobalTransfer)
+        self.beginning: dict[int, list[GlobalTransfer]] = {}   # see begin_at
+        # readers of one block crossing the L2 port one after another (see GlobalTransfer)
         self.same_address: dict | None = {} if hw.l2_serialises_same_address else None
         self.l2_latency = hw.memories["L2"].latency_cycles
         self.hbm_latency = hw.memories["HBM"].latency_cycles
@@ -345,7 +347,7 @@ class World:
                 state.in_flight += 1
                 pipe.in_flight += 1
                 pipe.clock = start
-                pipe.last_transfer = _GlobalTransfer(
+                pipe.last_transfer = GlobalTransfer(
                     self, instr, start, partial(self._landed, state, pipe, wait_data, wait_slot),
                     after=pipe.last_transfer,
                     order=(state.kernel, state.core, pipe.name, pipe.position - 1))
@@ -358,20 +360,20 @@ class World:
         if not pipe.in_flight:
             state.unfinished -= 1
 
-    def begin_at(self, cycle: int, transfer: _GlobalTransfer) -> None:
+    def begin_at(self, cycle: int, transfer: GlobalTransfer) -> None:
         """Begin a global transfer at `cycle`, after every other event of that cycle and in the
         order of its key among the transfers beginning then: L2 lookups of one cycle then
         happen in one order, whichever order the engine issued them in."""
         batch = self.beginning.get(cycle)
         if batch is None:
             batch = self.beginning[cycle] = []
-            _AfterTheCycle(self.env, cycle - self.env.now).callbacks.append(
+            AfterTheCycle(self.env, cycle - self.env.now).callbacks.append(
                 partial(self._begin_batch, cycle))
         batch.append(transfer)
 
     def _begin_batch(self, cycle: int, _event) -> None:
         for transfer in sorted(self.beginning.pop(cycle), key=attrgetter("order")):
-            transfer._begin(None)
+            transfer.begin()
 
     def shaped(self, instr: Instr, bytes_per_cycle: float) -> float:
         """A global transfer's rate on a path of `bytes_per_cycle`, given its shape."""
@@ -391,7 +393,7 @@ class World:
         return transfer_cycles(instr.nbytes, *self.routes[(instr.src, instr.dst)])
 
     def _landed(self, state: _CoreState, pipe: _Pipe, wait_data: int, wait_slot: int,
-                transfer: _GlobalTransfer) -> None:
+                transfer: GlobalTransfer) -> None:
         """A global transfer is done: retire it and move its core on."""
         end = int(self.env.now)
         bandwidth_wait = landing_delay(transfer, pipe.landed_at)
