@@ -25,14 +25,17 @@ def records_of(world_class, workload):
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(case=cases(), epilogue=EPILOGUES, split=st.sampled_from([1, 2, "blocks"]),
        depth=st.sampled_from([1, 2, 5]), serialise=st.booleans(),
-       gap=st.sampled_from([None, 7]), graph=st.booleans())
+       gap=st.sampled_from([None, 7]), graph=st.booleans(), registers=st.booleans(),
+       fusion=st.sampled_from(["none", "auto"]))
 def test_running_ahead_gives_the_times_of_a_process_per_pipe(tiny, case, epilogue, split,
-                                                               depth, serialise, gap, graph):
+                                                               depth, serialise, gap, graph,
+                                                               registers, fusion):
     m, n, k, tiling = case
     tiling = dict(tiling, split=split if split == "blocks" else {"m": 1, "n": split})
     hw = replace(with_queue_depth(tiny, depth), l2_serialises_same_address=serialise,
-                 kernel_gap_cycles=gap, graph_launch=graph)
-    workload = replace(legal_workload(tiny, (m, n, k, tiling), epilogue), hardware=hw)
+                 kernel_gap_cycles=gap, graph_launch=graph, epilogue_in_registers=registers)
+    workload = replace(legal_workload(tiny, (m, n, k, tiling), epilogue), hardware=hw,
+                       fusion=fusion)
     assert records_of(World, workload) == records_of(ProcessPerPipeWorld, workload)
 
 

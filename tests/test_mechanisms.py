@@ -114,3 +114,38 @@ def test_split_blocks_deals_whole_blocks_to_the_cores_in_waves(tiny):
 def test_a_split_that_is_neither_cores_nor_blocks_is_refused(tiny):
     with pytest.raises(ConfigError, match=r"split: 'rows' is not a split: write .* or 'blocks'"):
         matmul_workload(tiny, 32, 96, 32, tiling={"split": "rows"})
+
+
+def test_an_epilogue_in_registers_works_on_the_accumulators_in_place(tiny):
+    """On a chip whose epilogue runs from the accumulator registers, a fused bias + GELU hands
+    each block over without moving it to UB, holds its accumulator until the store and
+    stores from L0C; UB holds only the bias."""
+    from dataclasses import replace
+
+    epilogue = ({"name": "b", "op": "bias_add", "inputs": ["c", "bias"], "output": "d"},
+                {"name": "g", "op": "gelu", "inputs": ["d"], "output": "e"})
+    raw = matmul_workload(tiny, 64, 64, 64, extra_ops=epilogue)
+    in_ub = replace(raw, fusion="auto")
+    in_registers = replace(in_ub, hardware=replace(tiny, epilogue_in_registers=True))
+    ub_kernel = lower_workload(in_ub).kernels[0]
+    kernel = lower_workload(in_registers).kernels[0]
+    assert ub_kernel.fused and kernel.fused
+    moves = [(i.src, i.dst) for core in kernel.cores for i in core.queues["FIXPIPE"]]
+    assert ("L0C", "UB") not in moves and ("L0C", "HBM") in moves
+    assert not any(core.queues["MTE3"] for core in kernel.cores)
+    assert kernel.buffer_plan_bytes["UB"] < ub_kernel.buffer_plan_bytes["UB"]
+    fused = simulate(in_registers).to_dict()        # physics checked by the report itself
+    assert fused["traffic"]["UB"]["write_bytes"] == sum(
+        i.nbytes for core in kernel.cores for i in core.queues["MTE2"] if i.dst == "UB")
+    assert fused["cycles"] < simulate(in_ub).to_dict()["cycles"]
+
+
+def test_a_row_wise_epilogue_keeps_to_ub_even_where_epilogues_use_registers(tiny):
+    from dataclasses import replace
+
+    from simulator.schedule.epilogue import in_registers
+
+    hw = replace(tiny, epilogue_in_registers=True)
+    norm = {"name": "n", "op": "rmsnorm", "inputs": ["c", "bias"], "output": "d"}
+    workload = replace(matmul_workload(hw, 32, 64, 64, extra_ops=(norm,)), hardware=hw)
+    assert not in_registers(hw, list(workload.ops))

@@ -107,6 +107,9 @@ class Hardware:
     # before starts kernel_gap after it ends (by default a whole launch: no overlap)
     kernel_gap_cycles: int | None = None
     graph_launch: bool = False
+    # a fused elementwise epilogue works on the accumulators where they are (a GPU's
+    # registers) and stores from there, instead of moving each block L0C -> UB first
+    epilogue_in_registers: bool = False
 
     @property
     def kernel_gap(self) -> int:
@@ -145,6 +148,7 @@ class Hardware:
             "launch_overhead_cycles": self.launch_overhead_cycles,
             "multicast_cores": self.multicast_cores,
             "kernel_gap_cycles": self.kernel_gap, "graph_launch": self.graph_launch,
+            "epilogue_in_registers": self.epilogue_in_registers,
             "l2_serialises_same_address": self.l2_serialises_same_address,
         }
 
@@ -293,6 +297,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     launch = top.get("launch_overhead", _latency(clock, MAX_LAUNCH_OVERHEAD_S))
     kernel_gap = top.get("kernel_gap", _latency(clock, MAX_LAUNCH_OVERHEAD_S), default=None)
     graph_launch = top.get("graph_launch", as_bool, default=False)
+    epilogue = top.get("epilogue", one_of("ub", "registers"), default="ub")
     top.finish()
     if not problems.items:
         _check_topology(served, problems)
@@ -300,7 +305,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     problems.raise_if_any()
     return Hardware(name, source, clock_hz, cores, memories, buffer_bytes, engines,
                     Cube(cube_latency, fractal), Vector(vec_rate, vec_latency, factors), launch,
-                    multicast, serialise, kernel_gap, graph_launch)
+                    multicast, serialise, kernel_gap, graph_launch, epilogue == "registers")
 
 
 def _clock(value: Any) -> float:

@@ -47,16 +47,19 @@ def region_bytes(region: Region, tensor: Tensor) -> int:
 
 
 def chain_slots(ops: list[Op], tensors: dict[str, Tensor], seeds: tuple[str, ...],
-                tile_rows: int, tile_cols: int, block_cols: int | None = None) -> dict[str, int]:
+                tile_rows: int, tile_cols: int, block_cols: int | None = None,
+                in_registers: bool = False) -> dict[str, int]:
     """UB bytes of one slot of each ring a chain needs for tiles of tile_rows × tile_cols.
 
     `seeds` are the values that enter UB first (the GEMM results, or the first op's first
-    input). Ring names: 'chain:<tensor>' for running values, 'in:<tensor>' for inputs."""
+    input); `in_registers`: they stay in the accumulators instead (no UB for them). Ring
+    names: 'chain:<tensor>' for running values, 'in:<tensor>' for inputs."""
     vector_ops = [op for op in ops if OPS[op.op].unit == "vector"]
     values = set(seeds) | {op.output for op in vector_ops}
     widest = max(DTYPE_BYTES[tensors[name].dtype] for name in values)
-    slots = {f"chain:{name}": round_up(tile_rows * tile_cols * widest, UB_ALIGN_BYTES)
-             for name in seeds}
+    value_bytes = 0 if in_registers else round_up(tile_rows * tile_cols * widest,
+                                                   UB_ALIGN_BYTES)
+    slots = {f"chain:{name}": value_bytes for name in seeds}
     before_rowwise = True
     for op in vector_ops:
         before_rowwise = before_rowwise and not OPS[op.op].rowwise
@@ -72,6 +75,13 @@ def chain_slots(ops: list[Op], tensors: dict[str, Tensor], seeds: tuple[str, ...
 def seeds_of(ops: list[Op]) -> tuple[str, ...]:
     gemms = [op for op in ops if OPS[op.op].unit == "cube"]
     return tuple(op.output for op in gemms) if gemms else (ops[0].inputs[0],)
+
+
+def in_registers(hw: Hardware, ops: list[Op]) -> bool:
+    """Whether a kernel's chain works on its accumulators in place: a matmul epilogue on a
+    chip that says so, with no row-wise op (a block's registers hold no whole row)."""
+    return (hw.epilogue_in_registers and any(OPS[op.op].unit == "cube" for op in ops)
+            and not any(OPS[op.op].rowwise for op in ops))
 
 
 def epilogue_refusal(workload: Workload, ops: list[Op]) -> str | None:
@@ -103,7 +113,8 @@ def epilogue_refusal(workload: Workload, ops: list[Op]) -> str | None:
     else:
         rows, cols = (1, as_2d(tensors[ops[0].output])[1]) if rowwise else (1, UB_ALIGN_BYTES)
         block_cols = cols
-    slots = chain_slots(ops, tensors, seeds_of(ops), rows, cols, block_cols)
+    slots = chain_slots(ops, tensors, seeds_of(ops), rows, cols, block_cols,
+                        in_registers(hw, ops))
     need = sum(slots.values()) * buffers
     if need > hw.buffer_bytes["UB"]:
         what = f"{rows} x {cols} tiles" if gemms else "one row"
@@ -124,19 +135,26 @@ class VectorChain:
         split = next((i for i, op in enumerate(self.ops) if OPS[op.op].rowwise), len(self.ops))
         self.block_ops, self.tile_ops = self.ops[:split], self.ops[split:]
         self.seeds = seeds_of(ops)
+        # where the running values live: UB, or the accumulators themselves (in_registers)
+        self.in_registers = in_registers(hw, ops)
+        self.value_level = "L0C" if self.in_registers else "UB"
         self.rings = {name: SlotRing(core, "UB", nbytes, buffers) for name, nbytes in
-                      chain_slots(ops, workload.tensors, self.seeds, tile_rows,
-                                  tile_cols, block_cols).items()}
+                      chain_slots(ops, workload.tensors, self.seeds, tile_rows, tile_cols,
+                                  block_cols, self.in_registers).items()}
         self.final = self.ops[-1].output
+        self.held: list[tuple[SlotRing, int]] = []   # accumulators the tile keeps to its store
 
     def begin_tile(self, r0: int, r1: int, c0: int, c1: int) -> None:
         self.tile = (r0, r1, c0, c1)
         self.slot_of: dict[str, tuple[SlotRing, int]] = {}
         self.pending: dict[str, list[int]] = {}       # ready flags not yet waited on
 
-    def block(self, c0: int, c1: int, drains: dict[str, Instr] | None = None) -> None:
+    def block(self, c0: int, c1: int, drains: dict[str, Instr] | None = None,
+              held: list[tuple[SlotRing, int]] = ()) -> None:
         """One block of columns of the tile arrives (from L0C, or loaded from HBM), and the
-        ops before any row-wise op run on it."""
+        ops before any row-wise op run on it. `held`: accumulator slots the values stay in
+        until the tile is stored (in_registers)."""
+        self.held += held
         r0, r1, _, _ = self.tile
         arrivals = drains or {self.seeds[0]: self._load(self.seeds[0], r0, r1, c0, c1)}
         for name, instr in arrivals.items():
@@ -162,10 +180,15 @@ class VectorChain:
         ring, slot = self.slot_of[self.final]
         last.sets.append(ring.done[slot])
         region = Region(self.final, r0, r1, c0, c1)
-        store = transfer("MTE3", f"store {region}", "UB", "HBM",
-                         region_bytes(region, self.tensors[self.final]), region)
+        nbytes = region_bytes(region, self.tensors[self.final])
+        store = (transfer("FIXPIPE", f"store {region}", "L0C", "HBM", nbytes, region)
+                 if self.in_registers else
+                 transfer("MTE3", f"store {region}", "UB", "HBM", nbytes, region))
         store.waits.append(ring.done[slot])
         ring.last_use(store, slot)
+        for accumulators, held in self.held:    # the registers are free once stored
+            accumulators.last_use(store, held)
+        self.held = []
         self.core.emit(store)
 
     def _load(self, name: str, r0: int, r1: int, c0: int, c1: int) -> Instr:
@@ -186,7 +209,7 @@ class VectorChain:
         for name in op.inputs:
             if name in self.slot_of:
                 instr.waits.extend(self.pending.pop(name, []))
-                reads.append(("UB", elems * DTYPE_BYTES[self.tensors[name].dtype]))
+                reads.append((self.value_level, elems * DTYPE_BYTES[self.tensors[name].dtype]))
                 continue
             load = self._load(name, r0, r1, c0, c1)
             ring = self.rings[f"in:{name}"]
@@ -202,7 +225,7 @@ class VectorChain:
                 ring.last_use(instr, slot)   # a second running value (dual GEMM) is done
         self.slot_of[op.output] = target
         instr.reads = tuple(reads)
-        instr.writes = (("UB", instr.nbytes),)
+        instr.writes = ((self.value_level, instr.nbytes),)
         self.core.emit(instr)
         self._last = instr
         return instr

@@ -24,7 +24,7 @@ from ..errors import SimulatorError
 from ..graph.fusion import Kernel, Plan
 from ..graph.ops import DTYPE_BYTES, OPS, operands_of
 from ..units import format_bytes_decimal as fmt_bytes
-from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, seeds_of
+from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, in_registers, seeds_of
 from .program import (
     Instr,
     KernelProgram,
@@ -163,8 +163,9 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
     plan = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
     if kernel.epilogue:
         cols = shape.n if kernel.rowwise else t.base_n
-        plan["UB"] = sum(chain_slots(list(kernel.ops), tensors, seeds_of(list(kernel.ops)),
-                                     min(t.base_m, shape.m), cols, t.base_n).values()) * t.buffers
+        ops = list(kernel.ops)
+        plan["UB"] = sum(chain_slots(ops, tensors, seeds_of(ops), min(t.base_m, shape.m), cols,
+                                     t.base_n, in_registers(hw, ops)).values()) * t.buffers
     return KernelProgram(
         kernel.name, tuple(op.name for op in kernel.ops), kernel.fused, "cube", shape.dtype,
         _flops(kernel.ops, tensors), cores, t.to_dict(), sum(tensors[n].nbytes for n in ins),
@@ -373,9 +374,17 @@ class _MatmulCore:
         fm, fn, _ = self.fractal
         row0 = b * self.shape.m + bm
         acc_bytes = round_up(rows, fm) * round_up(cols, fn) * ACCUMULATOR_BYTES
-        drains = {}
+        drains, held = {}, []
         for (_, _, _, out), acc, slot in zip(self.bs, self.l0_c, acc_slots):
             region = Region(out, row0, row0 + rows, bn, bn + cols)
+            if self.chain and self.chain.in_registers:
+                # the epilogue works on the accumulators in place: a hand-over, no move; the
+                # accumulator stays taken until the chain stores the tile
+                drain = Instr("FIXPIPE", f"hand over {region}")
+                acc.first_use(drain, slot)
+                held.append((acc, slot))
+                drains[out] = drain
+                continue
             dst = "UB" if self.chain else "HBM"
             drain = transfer("FIXPIPE", f"drain {region}", "L0C", dst,
                              rows * cols * DTYPE_BYTES[self.tensors[out].dtype],
@@ -389,7 +398,7 @@ class _MatmulCore:
             return
         if not self.kernel.rowwise:
             self.chain.begin_tile(row0, row0 + rows, bn, bn + cols)
-            self.chain.block(bn, bn + cols, drains)
+            self.chain.block(bn, bn + cols, drains, held)
             self.chain.end_tile()
             return
         if bn == n0:

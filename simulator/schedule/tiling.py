@@ -338,7 +338,10 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
         (mte2_bytes - miss_bytes) / min(mte2_rate,
                                         l2.sustained_bytes_per_cycle / used / port_share)
         + miss_bytes / min(mte2_rate, hbm.sustained_bytes_per_cycle / used), in_flight)
-    fix_latency, fix_rate = _route(hw, "L0C", "UB" if epilogue else "HBM")
+    # an epilogue drains each block to UB, unless it works on the accumulators in place
+    # (epilogue.in_registers: the estimate knows only the cost classes, not row-wise ops)
+    in_registers = hw.epilogue_in_registers and "reduction" not in epilogue
+    fix_latency, fix_rate = _route(hw, "L0C", "UB" if epilogue and not in_registers else "HBM")
     drain = blocks * g * (fix_latency + rows * t.base_n * shape.out_bytes / fix_rate)
     vector = 0.0
     for cost_class in epilogue:
