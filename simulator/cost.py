@@ -11,6 +11,8 @@ change to a mechanism is made here and reaches all of them.
                  each; fractal NZ: a 32-byte-wide column of fractals each; one run if the
                  tile spans the tensor that way), and its engine spends at least its
                  `run_cycles` on each run, so short rows move below the path's rate;
+  a strided read: a slice read in place (x[..., ::step]) moves each element as a run of
+                 its own, and memory moves whole 32-byte sectors around the elements it keeps;
   a multicast:   a read that serves several cores at once crosses the L2 port once: each
                  core's transfer carries its share of the port's bytes (and of its own rate);
   an engine's queue: up to its queue depth of global transfers in flight, their start-ups
@@ -52,6 +54,15 @@ def contiguous_runs(rows: int, cols: int, tensor_rows: int, tensor_cols: int,
     if nz:
         return 1 if rows >= tensor_rows else -(-cols * element_bytes // NZ_FRACTAL_BYTES)
     return 1 if cols >= tensor_cols else rows
+
+
+SECTOR_BYTES = 32   # GPUs read global memory in 32-byte sectors; Ascend moves 32-byte blocks
+
+
+def strided_read_factor(step: int, element_bytes: int) -> int:
+    """Bytes memory moves per byte kept when reading every `step`-th element: the whole
+    sectors they sit in, up to one sector per element."""
+    return max(1, min(step, SECTOR_BYTES // element_bytes))
 
 
 def shaped_rate(bytes_per_cycle: float, nbytes: int, runs: int, run_cycles: float) -> float:

@@ -331,3 +331,18 @@ def test_short_kernels_wait_on_the_host_unless_launched_as_a_graph(tiny, graph, 
     program.kernels.append(one_kernel([[]], {}).kernels[0])
     _, second = simulate_program(program, hw).kernels
     assert second.run_cycle == expected
+
+
+def test_a_strided_run_costs_an_engine_issue_per_element(tiny):
+    """Eight rows of 32 elements taken every second column: 256 one-element runs, each at
+    least 4 cycles of an engine with run_cycles 4, whatever the bytes."""
+    from dataclasses import replace
+
+    engines = {**tiny.engines, "MTE2": replace(tiny.engines["MTE2"], run_cycles=4.0)}
+    hw = replace(tiny, engines=engines)
+    block = transfer("MTE2", "load", "HBM", "L1", 8 * 32 * 2, Region("v", 0, 8, 0, 32))
+    program = one_kernel([[block]], {"v": (8, 32, 2)})
+    program.slice_steps["v"] = 2
+    [record] = simulate_program(program, hw).records
+    assert record.hbm_bytes == 2 * 8 * 32 * 2          # whole sectors around kept elements
+    assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + HBM_LAT + 256 * 4

@@ -149,3 +149,60 @@ def test_a_row_wise_epilogue_keeps_to_ub_even_where_epilogues_use_registers(tiny
     norm = {"name": "n", "op": "rmsnorm", "inputs": ["c", "bias"], "output": "d"}
     workload = replace(matmul_workload(hw, 32, 64, 64, extra_ops=(norm,)), hardware=hw)
     assert not in_registers(hw, list(workload.ops))
+
+
+def slice_workload(hw, step, strided="direct"):
+    raw = {"name": "strided", "hardware": hw.name,
+           "tensors": {"a": {"shape": [32, 128]}, "b": {"shape": [128 // step, 32],
+                                                        "kind": "weight"}},
+           "ops": [{"name": "s", "op": "slice", "inputs": ["a"], "output": "a2",
+                    "attrs": {"step": step}},
+                   {"name": "mm", "op": "matmul", "inputs": ["a2", "b"], "output": "c"}],
+           "schedule": {"strided": strided}}
+    return parse_workload(raw, "t.yaml", hw)
+
+
+@pytest.mark.parametrize("step, factor", [(2, 2), (4, 4), (32, 16)])
+def test_a_slice_read_in_place_moves_whole_sectors_element_by_element(tiny, step, factor):
+    """a[:, ::step] read by the matmul directly: every element is a run of its own, and HBM
+    moves the 32-byte sectors around the elements kept (16 fp16 elements at most)."""
+    from simulator.schedule.program import transfer_runs
+
+    workload = slice_workload(tiny, step)
+    program = lower_workload(workload)
+    loads = [i for core in program.kernels[0].cores for i in core.queues["MTE2"]
+             if i.region.tensor == "a2"]
+    assert all(transfer_runs(i, program) == (i.region.row1 - i.region.row0)
+               * (i.region.col1 - i.region.col0) for i in loads)
+    report = simulate(workload).to_dict()
+    view = report["tensors"]["a2"]
+    assert view["role"] == "view"
+    assert view["hbm_read_bytes"] + view["l2_read_bytes"] == factor * sum(i.nbytes for i in loads)
+
+
+def test_a_slice_copied_first_is_read_contiguously(tiny):
+    """`strided: copy`: a copy kernel reads the slice in place and writes it contiguously;
+    the matmul then reads whole rows of it."""
+    from simulator.schedule.program import transfer_runs
+
+    workload = slice_workload(tiny, 2, strided="copy")
+    program = lower_workload(workload)
+    assert [k.name for k in program.kernels] == ["s~copy", "mm"]
+    copy_loads = [i for core in program.kernels[0].cores for i in core.queues["MTE2"]]
+    assert {i.region.tensor for i in copy_loads} == {"a2~view"}
+    mm_loads = [i for core in program.kernels[1].cores for i in core.queues["MTE2"]
+                if i.region.tensor == "a2"]
+    assert mm_loads and all(transfer_runs(i, program) <= i.region.row1 - i.region.row0
+                            for i in mm_loads)     # a run per row at most, not per element
+    direct = simulate(slice_workload(tiny, 2)).to_dict()
+    copied = simulate(workload).to_dict()
+    assert copied["traffic"]["HBM"]["write_bytes"] > direct["traffic"]["HBM"]["write_bytes"]
+
+
+def test_a_slice_out_of_range_is_refused_with_the_bounds(tiny):
+    raw = {"name": "t", "hardware": "tiny", "tensors": {"a": {"shape": [4, 16]}},
+           "ops": [{"name": "s", "op": "slice", "inputs": ["a"], "output": "v",
+                    "attrs": {"start": 8, "stop": 20}},
+                   {"name": "r", "op": "relu", "inputs": ["v"], "output": "w"}]}
+    with pytest.raises(ConfigError, match=r"from 8 to 20: needs 0 <= start < stop <= 16"):
+        parse_workload(raw, "t.yaml", tiny)

@@ -38,6 +38,7 @@ MAX_DIMENSION = 2**32          # a param or a tensor dimension; no chip holds a 
 MAX_RANK = 8                   # dimensions of one tensor
 MAX_EXPRESSION_CHARS = 200     # a shape expression such as '(hidden + 1) / 2'
 TENSOR_KINDS = ("activation", "weight", "cache")
+STRIDED_WAYS = ("direct", "copy")   # how kernels take a slice: read it in place, or copied
 LAYOUTS = ("nd", "nz")             # row-major, or Ascend's fractal (FRACTAL_NZ) layout
 ORDERS = ("m", "n")
 FUSION_MODES = ("none", "auto")
@@ -195,17 +196,38 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     op_kinds = {op.name: op.op for op in ops}
     sched = top.sub("schedule", default={})
     fusion = sched.get("fusion", lambda v: _fusion(v, set(op_kinds)), default="none")
+    strided = sched.get("strided", one_of(*STRIDED_WAYS), default="direct")
     tiling = _parse_tiling(sched.sub("tiling", default={}), op_kinds, problems)
     sched.finish()
     top.finish()
     # semantic checks: producers, cycles, shapes and dtypes through the ops registry
     from ..graph.dataflow import resolve
+    if strided == "copy":
+        ops = _copy_slices(ops, set(tensors) | {op.output for op in ops})
     tensors, ops = resolve(tensors, broken, ops, problems)
     _check_cube_modes(ops, tensors, hardware, problems)
     problems.raise_if_any()
     params = {k: v for k, v in params.items() if v is not None}
     return Workload(name, source, hardware, params, dtype, tensors, tuple(ops), fusion, tiling,
                     overrides)
+
+
+def _copy_slices(ops: list[Op], taken: set[str]) -> list[Op]:
+    """`strided: copy`: each slice becomes a view read by a copy kernel that writes the slice
+    contiguously, for its consumers to read; `strided: direct` leaves the consumers to read
+    the view in place (see cost.strided_read_factor)."""
+    result = []
+    for op in ops:
+        if op.op != "slice":
+            result.append(op)
+            continue
+        view = f"{op.output}~view"
+        while view in taken:
+            view += "~"
+        taken.add(view)
+        result += [Op(op.name, op.op, op.inputs, view, op.path, op.attrs),
+                   Op(f"{op.name}~copy", "copy", (view,), op.output, op.path)]
+    return result
 
 
 def _list_of_mappings(value: Any) -> list:

@@ -37,7 +37,7 @@ import numpy as np
 import simpy
 
 from ..config.hardware import Hardware
-from ..cost import kernel_start_cycle, shaped_rate, transfer_cycles
+from ..cost import kernel_start_cycle, shaped_rate, strided_read_factor, transfer_cycles
 from ..errors import InvariantError, SimulatorError
 from ..schedule.program import CoreProgram, Instr, Program, transfer_runs
 from .bandwidth import SharedChannel
@@ -219,6 +219,9 @@ class World:
         self.run_cycles = {path: engine.run_cycles for engine in hw.engines.values()
                            for path in engine.path_bytes_per_cycle}
         self.runs: dict[Instr, int] = {}    # a global transfer's contiguous runs
+        # bytes memory moves per byte kept, for a slice read in place
+        self.read_factor = {name: strided_read_factor(step, program.tensor_geometry[name][2])
+                            for name, step in program.slice_steps.items()}
         self.private_cycles: dict[Instr, int] = {}    # see _compute_private_cycles
         self.beginning: dict[int, list[GlobalTransfer]] = {}   # see begin_at
         # readers of one block crossing the L2 port one after another (see GlobalTransfer)
@@ -383,7 +386,9 @@ class World:
         runs = self.runs.get(instr)
         if runs is None:
             runs = self.runs[instr] = transfer_runs(instr, self.program)
-        return shaped_rate(bytes_per_cycle, instr.nbytes, runs, run_cycles)
+        # the bytes it moves: a strided read's whole sectors (its runs take as long either way)
+        moved = instr.nbytes * self.read_factor.get(instr.region.tensor, 1)
+        return shaped_rate(bytes_per_cycle, moved, runs, run_cycles)
 
     def _compute_private_cycles(self, instr: Instr) -> int:
         """How long an instruction that needs no shared memory takes: compute its cycles, an

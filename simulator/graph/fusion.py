@@ -12,7 +12,8 @@ The rules, stated once:
    after a matmul, that means the tiling's split.n is 1 (a core owns full
    rows) and a block of rows fits UB; after a dual GEMM it is not supported.
 4. A vector op that no kernel absorbed heads its own vector kernel.
-5. A reshape is a view: no kernel; its input goes to HBM and is read back reshaped.
+5. A reshape or a slice is a view: no kernel; its input goes to HBM and is read back
+   reshaped, or sliced in place (`schedule.strided: copy` copies a slice first).
 With `fusion: none` every op is its own kernel. Explicit groups are checked
 against the same rules, and a group that breaks one is refused with the rule.
 """
@@ -27,6 +28,7 @@ from .dataflow import DataflowGraph
 from .ops import OPS
 
 DUAL_ACTIVATIONS = ("silu", "gelu", "relu")
+VIEW_READ = {"reshape": "under its new shape", "slice": "sliced in place"}
 
 
 @dataclass(frozen=True)
@@ -208,8 +210,8 @@ class _FusionPass:
         users = graph.consumers(tensor)
         for user in users:
             if OPS[user.op].unit == "view":
-                self._why(user, f"a reshape is a view of {tensor} in HBM, so {tensor} is "
-                                "written there and read back under its new shape")
+                self._why(user, f"a {user.op} is a view of {tensor} in HBM, so {tensor} is "
+                                f"written there and read back {VIEW_READ[user.op]}")
             elif OPS[user.op].unit == "cube":
                 self._why(user, f"a matmul reads its operands through L1, not from UB: {tensor} "
                                 "goes out to HBM (or L2) and back")

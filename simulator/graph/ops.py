@@ -231,6 +231,29 @@ def _reshape(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
     return shape, x.dtype
 
 
+def _slice(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+    x = operands[0]
+    n = x.shape[-1]
+    start, step = attrs["start"], attrs["step"]
+    stop = n if attrs["stop"] is None else attrs["stop"]
+    if not 0 <= start < stop <= n:
+        raise ValueError(f"slice of {x.name} {list(x.shape)} from {start} to {stop}: needs "
+                         f"0 <= start < stop <= {n} (its last dimension)")
+    return (*x.shape[:-1], -(-(stop - start) // step)), x.dtype
+
+
+def _index(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"expected a whole number of at least 0, got {value!r}")
+    return value
+
+
+def _positive(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"expected a whole number of at least 1, got {value!r}")
+    return value
+
+
 def _dims(value: Any) -> tuple[int, ...]:
     """Dimensions already evaluated by the workload loader (params allowed there)."""
     if (not isinstance(value, (list, tuple)) or not value
@@ -266,6 +289,11 @@ OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
     OpSpec("dequantize", "vector", (2, 2), "elementwise", 2, _dequantize,
            attrs={"to": (_dtype, "fp16")}),
     OpSpec("cast", "vector", (1, 1), "elementwise", 0, _cast, attrs={"to": (_dtype, None)}),
+    # a copy into a contiguous tensor (what `strided: copy` puts after a slice)
+    OpSpec("copy", "vector", (1, 1), "elementwise", 0, _elementwise("copy")),
     # A view: no data moves. Its input goes to HBM and its consumers read it back there.
     OpSpec("reshape", "view", (1, 1), "none", 0, _reshape, attrs={"shape": (_dims, None)}),
+    # x[..., start:stop:step]: read in place, as runs of single elements when step > 1
+    OpSpec("slice", "view", (1, 1), "none", 0, _slice,
+           attrs={"start": (_index, 0), "stop": (_positive, None), "step": (_positive, 1)}),
 )}

@@ -51,7 +51,8 @@ def lower(workload: Workload, plan: Plan) -> Program:
     """Lower every kernel; every tiling problem of every kernel is reported together."""
     if not plan.kernels:
         raise SimulatorError(f"{workload.source}: nothing to simulate: no op computes anything "
-                             "(a reshape is a view that moves no data); add an op that does")
+                             "(a reshape or a slice is a view that moves no data); add an op "
+                             "that does")
     roles = tensor_roles(workload, plan)
     _refuse_if_over_capacity(workload, roles)
     lowered, problems = [], []
@@ -79,7 +80,8 @@ def lower(workload: Workload, plan: Plan) -> Program:
     # compulsory traffic: every input read once, every kernel's result written once
     compulsory = sum(nbytes for role, nbytes in roles.values() if role != "on_chip")
     nz = frozenset(t.name for t in workload.tensors.values() if t.layout == "nz")
-    return Program(lowered, geometry, compulsory, roles, nz)
+    slices = {op.output: op.attrs["step"] for op in workload.ops if op.op == "slice"}
+    return Program(lowered, geometry, compulsory, roles, nz, slices)
 
 
 # Roles of tensors that occupy HBM while the workload runs (a view shares its source's bytes,
@@ -96,7 +98,7 @@ def tensor_roles(workload: Workload, plan: Plan) -> dict[str, tuple[str, int]]:
     roles = {}
     for name in sorted(consumed | produced):
         if name not in produced and tensors[name].kind == "intermediate":
-            role = "view"                                # a reshape of a tensor in HBM
+            role = "view"                    # a reshape or a slice of a tensor in HBM
         elif name not in produced:
             role = tensors[name].kind                    # activation, weight or cache: from HBM
         elif name not in written:

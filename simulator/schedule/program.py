@@ -53,6 +53,9 @@ def transfer_runs(instr: Instr, program: Program) -> int:
     """The contiguous runs a global transfer moves its region as (see cost.contiguous_runs)."""
     region = instr.region
     rows, cols, element_bytes = program.tensor_geometry[region.tensor]
+    step = program.slice_steps.get(region.tensor)
+    if step is not None:    # a slice of a wider row: a run per row, or per element if strided
+        return (region.row1 - region.row0) * ((region.col1 - region.col0) if step > 1 else 1)
     return contiguous_runs(region.row1 - region.row0, region.col1 - region.col0, rows, cols,
                            element_bytes, region.tensor in program.nz_tensors)
 
@@ -153,6 +156,7 @@ class Program:
     compulsory_hbm_bytes: int                          # external inputs once + outputs once
     tensor_roles: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (role, bytes)
     nz_tensors: frozenset[str] = frozenset()           # stored in Ascend's fractal NZ layout
+    slice_steps: dict[str, int] = field(default_factory=dict)   # slice views read in place
 
     @property
     def instruction_count(self) -> int:
