@@ -177,6 +177,9 @@ def test_a_slice_read_in_place_moves_whole_sectors_element_by_element(tiny, step
     report = simulate(workload).to_dict()
     view = report["tensors"]["a2"]
     assert view["role"] == "view"
+    # the sliced input stays resident in HBM whole, and counts in the footprint
+    assert report["tensors"]["a"]["role"] == "viewed"
+    assert report["memory_footprint"]["viewed_bytes"] == workload.tensors["a"].nbytes
     assert view["hbm_read_bytes"] + view["l2_read_bytes"] == factor * sum(i.nbytes for i in loads)
 
 

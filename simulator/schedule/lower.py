@@ -77,8 +77,10 @@ def lower(workload: Workload, plan: Plan) -> Program:
         lines = [line for problem in problems for line in problem.splitlines()]
         raise TilingError("\n".join(f"{workload.source}: {line}" for line in lines))
     geometry = {t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in workload.tensors.values()}
-    # compulsory traffic: every input read once, every kernel's result written once
-    compulsory = sum(nbytes for role, nbytes in roles.values() if role != "on_chip")
+    # compulsory traffic: every input read once, every kernel's result written once (an input
+    # kernels read only through a view counts as that view)
+    compulsory = sum(nbytes for role, nbytes in roles.values()
+                     if role not in ("on_chip", "viewed"))
     nz = frozenset(t.name for t in workload.tensors.values() if t.layout == "nz")
     slices = {op.output: op.attrs["step"] for op in workload.ops if op.op == "slice"}
     return Program(lowered, geometry, compulsory, roles, nz, slices)
@@ -86,7 +88,7 @@ def lower(workload: Workload, plan: Plan) -> Program:
 
 # Roles of tensors that occupy HBM while the workload runs (a view shares its source's bytes,
 # an on-chip value never reaches HBM).
-RESIDENT_ROLES = ("weight", "cache", "activation", "intermediate", "output")
+RESIDENT_ROLES = ("weight", "cache", "activation", "intermediate", "output", "viewed")
 
 
 def tensor_roles(workload: Workload, plan: Plan) -> dict[str, tuple[str, int]]:
@@ -108,6 +110,9 @@ def tensor_roles(workload: Workload, plan: Plan) -> dict[str, tuple[str, int]]:
         else:
             role = "output"
         roles[name] = (role, tensors[name].nbytes)
+    for op in workload.ops:     # an input that kernels read only through a view of it
+        if OPS[op.op].unit == "view" and op.output in roles and op.inputs[0] not in roles:
+            roles[op.inputs[0]] = ("viewed", tensors[op.inputs[0]].nbytes)
     return roles
 
 

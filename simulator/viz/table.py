@@ -60,7 +60,8 @@ def render_report(report) -> str:
         for i, key in enumerate(("bytes", "hbm_read_bytes", "l2_read_bytes", "hbm_write_bytes")):
             acc[i] += t[key]
     lines += ["", "  by tensor role     size    HBM read     L2 read   HBM write"]
-    for role in ("weight", "cache", "activation", "intermediate", "view", "on_chip", "output"):
+    for role in ("weight", "cache", "activation", "viewed", "intermediate", "view", "on_chip",
+                 "output"):
         if role in roles:
             size, hbm_read, l2_read, hbm_write = roles[role]
             lines.append(f"  {role:<12}{fmt_bytes(size):>11}{fmt_bytes(hbm_read):>12}"
