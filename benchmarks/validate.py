@@ -4,13 +4,14 @@
 
 Each case is a row of benchmarks/validation_sources.md (its ID there, with the source and
 its conditions): a GEMM at a stated shape, dtype and chip, and the throughput the source
-measured. The simulator runs the same GEMM on the matching preset and the table prints
+measured, or a few vector kernels and the time the source measured for them. The simulator runs the same GEMM on the matching preset and the table prints
 measured, simulated and the signed error, then the median and largest absolute error.
 Nothing here is fitted: a case only reads the preset, so a constant tuned to one case would
 show up as error in the others. A case whose source states the tile shape it measured runs
 that tiling (in this simulator's words: base block and staged K); the others use the tiling
 the simulator derives from the shape, or with `--tune` the tiling search's pick, as a vendor
-library autotunes (slower). A source that reports a time is shown in TFLOPS (2·M·N·K / t).
+library autotunes (slower). A GEMM source that reports a time is shown in TFLOPS
+(2·M·N·K / t); a time's error is signed the same way (positive: the simulator is faster).
 """
 
 from __future__ import annotations
@@ -92,6 +93,44 @@ CASES = (
 )
 
 
+@dataclass(frozen=True)
+class KernelsCase:
+    """Kernels other than one GEMM, and the time the source measured for them all."""
+    id: str
+    hardware: str
+    dtype: str
+    shape: str
+    measured_us: float
+    source: str
+    tensors: dict
+    ops: list
+
+
+def norm_then_quantize(tokens: int, microseconds: float) -> KernelsCase:
+    """RMSNorm, then a static 8-bit quantisation, as two kernels (an fp8 output modelled as
+    int8: the same bytes)."""
+    return KernelsCase(
+        f"E5.{tokens}", "h100", "bf16", f"{tokens} x 4096", microseconds,
+        "sglang #32994, RMSNorm then FP8 quant, unfused",
+        {"x": {"shape": [tokens, 4096]}, "g": {"shape": [4096], "kind": "weight"},
+         "s": {"shape": [1], "kind": "weight"}},
+        [{"name": "norm", "op": "rmsnorm", "inputs": ["x", "g"], "output": "y"},
+         {"name": "q", "op": "quantize", "inputs": ["y", "s"], "output": "z"}])
+
+
+KERNEL_CASES = (
+    norm_then_quantize(2048, 22.27),
+    norm_then_quantize(8192, 110.16),
+    norm_then_quantize(16384, 217.1),
+)
+
+
+def kernels(case: KernelsCase):
+    raw = {"name": case.id, "hardware": case.hardware, "dtype": case.dtype,
+           "tensors": case.tensors, "ops": case.ops}
+    return parse_workload(raw, "<validate>", load_hardware(case.hardware))
+
+
 def gemm(case: Case):
     b_shape = [case.n, case.k] if case.transpose_b else [case.k, case.n]
     raw = {"name": f"{case.id}-{case.m}x{case.n}x{case.k}", "hardware": case.hardware,
@@ -110,23 +149,29 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these cases")
     parser.add_argument("--tune", action="store_true", help="tune each GEMM's tiling first")
     args = parser.parse_args()
-    cases = [c for c in CASES if not args.only or c.id in args.only]
-    print(f"{'case':<5} {'chip':<10} {'dtype':<5} {'shape M x N x K':>20} {'measured':>10} "
+    cases = [c for c in CASES + KERNEL_CASES if not args.only or c.id in args.only]
+    print(f"{'case':<8} {'chip':<10} {'dtype':<5} {'shape M x N x K':>20} {'measured':>10} "
           f"{'simulated':>10} {'error':>8}  binding  source")
     errors = []
     started = time.perf_counter()
     for case in cases:
-        workload = gemm(case)
-        if args.tune and not case.tiling:
-            workload = tuned_workload(workload, tune(workload, top=2))
-        report = simulate(workload).to_dict()
-        simulated = report["achieved_tflops"]
-        error = simulated / case.measured_tflops - 1
+        if isinstance(case, KernelsCase):   # a time: positive error = the simulator is faster
+            report = simulate(kernels(case)).to_dict()
+            error = case.measured_us / report["time_us"] - 1
+            shape, measured, simulated = (case.shape, f"{case.measured_us:>7.1f} us",
+                                          f"{report['time_us']:>7.1f} us")
+        else:
+            workload = gemm(case)
+            if args.tune and not case.tiling:
+                workload = tuned_workload(workload, tune(workload, top=2))
+            report = simulate(workload).to_dict()
+            error = report["achieved_tflops"] / case.measured_tflops - 1
+            shape, measured, simulated = (f"{case.m} x {case.n} x {case.k}",
+                                          f"{case.measured_tflops:>7.1f} TF",
+                                          f"{report['achieved_tflops']:>7.1f} TF")
         errors.append(abs(error))
-        shape = f"{case.m} x {case.n} x {case.k}"
-        print(f"{case.id:<5} {case.hardware:<10} {case.dtype:<5} {shape:>20} "
-              f"{case.measured_tflops:>7.1f} TF {simulated:>7.1f} TF {error * 100:>+7.1f}%  "
-              f"{report['binding']:<8} {case.source}")
+        print(f"{case.id:<8} {case.hardware:<10} {case.dtype:<5} {shape:>20} {measured:>10} "
+              f"{simulated:>10} {error * 100:>+7.1f}%  {report['binding']:<8} {case.source}")
     print(f"\n{len(cases)} case{'s' * (len(cases) != 1)} in "
           f"{time.perf_counter() - started:.0f} s: median absolute "
           f"error {statistics.median(errors) * 100:.1f}%, largest {max(errors) * 100:.1f}% "
