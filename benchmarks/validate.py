@@ -4,8 +4,9 @@
 
 Each case is a row of benchmarks/validation_sources.md (its ID there, with the source and
 its conditions): a GEMM at a stated shape, dtype and chip, and the throughput the source
-measured, or a few vector kernels and the time the source measured for them. The simulator runs the same GEMM on the matching preset and the table prints
-measured, simulated and the signed error, then the median and largest absolute error.
+measured, or a few vector kernels and the time the source measured for them. The simulator
+runs the same kernels on the matching preset and the table prints measured, simulated and
+the signed error, then the median and largest absolute error.
 Nothing here is fitted: a case only reads the preset, so a constant tuned to one case would
 show up as error in the others. A case whose source states the tile shape it measured runs
 that tiling (in this simulator's words: base block and staged K); the others use the tiling

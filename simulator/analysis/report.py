@@ -21,13 +21,12 @@ from ..cost import (
     l2_port_bytes,
     launch_bound_cycles,
     memory_cycles,
-    shaped_rate,
     vector_peak_cycles,
 )
 from ..engine.world import PipeLog, Trace
 from ..errors import InvariantError
 from ..schedule.lower import footprint_bytes
-from ..schedule.program import PIPES, Instr, Program, transfer_runs
+from ..schedule.program import PIPES, Instr, Program, moved_bytes, transfer_rate
 from ..version import format_mark
 from .roofline import Roofline, roofline
 
@@ -108,18 +107,18 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     engine_of = {path: engine for engine in hw.engines.values()
                  for path in engine.path_bytes_per_cycle}
 
-    def rate_of(instr) -> float:
-        """A move's rate on its engine: the path's, below it for a global transfer of short
-        runs (cost.shaped_rate)."""
+    def engine_cycles_of(instr) -> float:
+        """A move's cycles on its engine, no start-up: its bytes at the path's rate, or for a
+        global transfer the bytes it moves at its shape's rate (program.transfer_rate)."""
         engine = engine_of[instr.src, instr.dst]
         rate = engine.path_bytes_per_cycle[instr.src, instr.dst]
-        if instr.region is None or not engine.run_cycles:
-            return rate
-        return shaped_rate(rate, instr.nbytes, transfer_runs(instr, program),
-                           engine.run_cycles)
+        if instr.region is None:
+            return instr.nbytes / rate
+        return moved_bytes(instr, program) / transfer_rate(instr, program, rate,
+                                                           engine.run_cycles)
 
     kernel_engine_cycles = [dict.fromkeys(ENGINES, 0.0) for _ in program.kernels]
-    kernel_traffic = [_tally(logs, busy, stalls, per_tensor, rate_of, engine_cycles)
+    kernel_traffic = [_tally(logs, busy, stalls, per_tensor, engine_cycles_of, engine_cycles)
                       for logs, engine_cycles in zip(logs_of, kernel_engine_cycles)]
     engine_cycles = {engine: sum(e[engine] for e in kernel_engine_cycles) for engine in ENGINES}
     traffic = {level: {key: sum(t[level][key] for t in kernel_traffic)
@@ -262,7 +261,7 @@ def _classify(ceilings: dict[str, float], cycles: int) -> tuple[str, str]:
 
 
 def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,
-           rate_of: Callable[[Instr], float],
+           engine_cycles_of: Callable[[Instr], float],
            engine_cycles: dict[str, float]) -> dict[str, dict[str, int]]:
     """One pass over one kernel's pipe logs: returns the bytes read from and written to each
     level, and adds to the busy cycles and stalls per pipe, the traffic per tensor and each
@@ -296,7 +295,7 @@ def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,
                 entry["hbm_write_bytes"] += instr.nbytes
     for instr, times in ran.items():
         if instr.src is not None:
-            engine_cycles[instr.pipe] += times * instr.nbytes / rate_of(instr)
+            engine_cycles[instr.pipe] += times * engine_cycles_of(instr)
         for level, nbytes in instr.reads:
             if level != "HBM":      # how much came over HBM is in the log, above
                 traffic[level]["read_bytes"] += times * nbytes

@@ -37,9 +37,9 @@ import numpy as np
 import simpy
 
 from ..config.hardware import Hardware
-from ..cost import kernel_start_cycle, shaped_rate, strided_read_factor, transfer_cycles
+from ..cost import kernel_start_cycle, strided_read_factor, transfer_cycles
 from ..errors import InvariantError, SimulatorError
-from ..schedule.program import CoreProgram, Instr, Program, transfer_runs
+from ..schedule.program import CoreProgram, Instr, Program, transfer_rate
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
 from .transfer import AfterTheCycle, GlobalTransfer, landing_delay
@@ -218,7 +218,7 @@ class World:
         self.queue_depths = {name: engine.queue_depth for name, engine in hw.engines.items()}
         self.run_cycles = {path: engine.run_cycles for engine in hw.engines.values()
                            for path in engine.path_bytes_per_cycle}
-        self.runs: dict[Instr, int] = {}    # a global transfer's contiguous runs
+        self.shaped_rates: dict[tuple[Instr, float], float] = {}    # see shaped
         # bytes memory moves per byte kept, for a slice read in place
         self.read_factor = {name: strided_read_factor(step, program.tensor_geometry[name][2])
                             for name, step in program.slice_steps.items()}
@@ -383,12 +383,12 @@ class World:
         run_cycles = self.run_cycles[(instr.src, instr.dst)]
         if not run_cycles:
             return bytes_per_cycle
-        runs = self.runs.get(instr)
-        if runs is None:
-            runs = self.runs[instr] = transfer_runs(instr, self.program)
-        # the bytes it moves: a strided read's whole sectors (its runs take as long either way)
-        moved = instr.nbytes * self.read_factor.get(instr.region.tensor, 1)
-        return shaped_rate(bytes_per_cycle, moved, runs, run_cycles)
+        key = (instr, bytes_per_cycle)
+        rate = self.shaped_rates.get(key)
+        if rate is None:
+            rate = self.shaped_rates[key] = transfer_rate(instr, self.program, bytes_per_cycle,
+                                                          run_cycles)
+        return rate
 
     def _compute_private_cycles(self, instr: Instr) -> int:
         """How long an instruction that needs no shared memory takes: compute its cycles, an

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..cost import contiguous_runs
+from ..cost import contiguous_runs, shaped_rate, strided_read_factor
 
 PIPES = ("MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3")
 
@@ -58,6 +58,24 @@ def transfer_runs(instr: Instr, program: Program) -> int:
         return (region.row1 - region.row0) * ((region.col1 - region.col0) if step > 1 else 1)
     return contiguous_runs(region.row1 - region.row0, region.col1 - region.col0, rows, cols,
                            element_bytes, region.tensor in program.nz_tensors)
+
+
+def moved_bytes(instr: Instr, program: Program) -> int:
+    """The bytes a global transfer moves: its own, or a strided slice's whole sectors."""
+    step = program.slice_steps.get(instr.region.tensor)
+    if step is None:
+        return instr.nbytes
+    return instr.nbytes * strided_read_factor(step, program.tensor_geometry[instr.region.tensor][2])
+
+
+def transfer_rate(instr: Instr, program: Program, path_bytes_per_cycle: float,
+                  run_cycles: float) -> float:
+    """A global transfer's rate on a path: the path's, or its runs' issue rate if that is
+    lower (cost.shaped_rate)."""
+    if not run_cycles:
+        return path_bytes_per_cycle
+    return shaped_rate(path_bytes_per_cycle, moved_bytes(instr, program),
+                       transfer_runs(instr, program), run_cycles)
 
 
 def transfer(pipe: str, label: str, src: str, dst: str, nbytes: int,

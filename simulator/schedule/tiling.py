@@ -273,7 +273,7 @@ def multicast_sides(t: Tiling, cluster: int, gemms: int) -> dict[int, int]:
     stage the same B blocks at the same steps, and cores next to each other in the N split
     the same A blocks; a cluster forms along M if the split fills whole clusters, else
     along N."""
-    if cluster == 1:
+    if cluster == 1 or t.split_blocks:      # dealt blocks: not modelled as clusters
         return {}
     if t.split_m % cluster == 0:
         return dict.fromkeys(range(1, gemms + 1), cluster)
