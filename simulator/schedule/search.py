@@ -27,6 +27,7 @@ from .tiling import (
     TilingError,
     _splits,
     check_tiling,
+    column_align,
     gemm_shape,
     resolve_tiling,
     round_up,
@@ -66,7 +67,7 @@ def legal_tilings(kernel: Kernel, workload: Workload) -> list[Tiling]:
     tilings = []
     for split in _splits(shape, hw, fm, fn):
         core_m = single_core_extent(shape.m, split[1], fm)
-        core_n = single_core_extent(shape.n, split[2], fn)
+        core_n = single_core_extent(shape.n, split[2], column_align(shape, fn))
         # the usual sizes, plus a block covering the core's whole share (what the default uses)
         bases_m = sorted(set(BASE_M) | {round_up(min(core_m, 128), fm)})
         bases_n = sorted(set(BASE_N) | {round_up(min(core_n, 256), fn)})

@@ -11,11 +11,13 @@ for twice the block, at the price of the Cube waiting while a block drains),
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, replace
 
 from ..config.hardware import ACCUMULATOR_BYTES, Hardware
 from ..config.workload import TilingSpec
 from ..cost import (
+    SECTOR_BYTES,
     contiguous_runs,
     cube_call_cycles,
     multicast_share,
@@ -73,7 +75,7 @@ class Tiling:
             return 1, self.base_m, self.base_n
         return (-(-shape.batch // self.split_b), single_core_extent(shape.m, self.split_m,
                                                                     fractal[0]),
-                single_core_extent(shape.n, self.split_n, fractal[1]))
+                single_core_extent(shape.n, self.split_n, column_align(shape, fractal[1])))
 
     def cores_used(self, cores: int) -> int:
         return min(cores, self.split_b * self.split_m * self.split_n)
@@ -110,6 +112,12 @@ def round_up(value: int, multiple: int) -> int:
 def single_core_extent(total: int, parts: int, align: int) -> int:
     """Each core's share of a dimension, rounded up to the alignment (the last core gets less)."""
     return round_up(-(-total // parts), align)
+
+
+def column_align(shape: MatmulShape, fn: int) -> int:
+    """The alignment of a core's share of N: whole fractals, and whole 32-byte sectors of B's
+    rows, so that neighbouring cores never fetch the same sector."""
+    return math.lcm(fn, max(1, SECTOR_BYTES // shape.b_bytes))
 
 
 def buffer_needs(shape: MatmulShape, t: Tiling) -> dict[str, tuple[int, str]]:
@@ -210,7 +218,7 @@ def _blocks_for(shape: MatmulShape, hw: Hardware, split: tuple[int, int, int],
     acc = fixed.acc_buffers or buffers
     g = shape.gemms
     core_m = single_core_extent(shape.m, split[1], fm)
-    core_n = single_core_extent(shape.n, split[2], fn)
+    core_n = single_core_extent(shape.n, split[2], column_align(shape, fn))
     base_m = fixed.base_m or min(core_m, 128)
     base_n = fixed.base_n or min(core_n, 256)
     def too_large(base_m: int, base_n: int) -> bool:
@@ -256,7 +264,7 @@ def _splits(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
             if split_b * split_m * split_n > hw.cores:
                 continue
             core_m = single_core_extent(shape.m, split_m, fm)
-            core_n = single_core_extent(shape.n, split_n, fn)
+            core_n = single_core_extent(shape.n, split_n, column_align(shape, fn))
             if core_m > round_up(shape.m, fm) or core_n > round_up(shape.n, fn):
                 continue
             options.append((-(-shape.batch // split_b) * core_m * core_n,
