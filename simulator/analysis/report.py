@@ -144,10 +144,10 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
                      ("bytes", "hbm_write_bytes", "hbm_read_bytes", "l2_read_bytes")}
 
     kernels = []
+    # the least launch wait of a kernel in the sequence: a whole launch for the first, the
+    # device gap for the others
+    first_launch = launch_bound_cycles(1, hw)
     for span, kernel in zip(trace.kernels, program.kernels):
-        # the least launch wait of a kernel in the sequence: a whole launch for the first,
-        # the device gap for the others
-        first_launch = launch_bound_cycles(1, hw)
         kernel_ceilings = _ceilings(
             [kernel], hw, kernel_traffic[span.index], kernel_engine_cycles[span.index],
             first_launch if span.index == 0 else min(hw.kernel_gap, first_launch))

@@ -92,8 +92,8 @@ class GlobalTransfer:
             self.fill = _Fetch()
             self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region,
                                                                           self.fill)
-            factor = world.read_factor.get(instr.region.tensor)
-            if factor:      # a strided slice: whole sectors around the elements it keeps
+            factor = world.program.read_factor(instr.region.tensor)
+            if factor > 1:  # a strided slice: whole sectors around the elements it keeps
                 self.hit_bytes, self.hbm_bytes = self.hit_bytes * factor, self.hbm_bytes * factor
             latency += world.l2_latency + (world.hbm_latency if self.hbm_bytes else 0)
             port_bytes, l2_rate = self.hit_bytes, world.shaped(instr, world.routes[("L2", dst)][1])

@@ -37,7 +37,7 @@ import numpy as np
 import simpy
 
 from ..config.hardware import Hardware
-from ..cost import kernel_start_cycle, strided_read_factor, transfer_cycles
+from ..cost import kernel_start_cycle, transfer_cycles
 from ..errors import InvariantError, SimulatorError
 from ..schedule.program import CoreProgram, Instr, Program, transfer_rate
 from .bandwidth import SharedChannel
@@ -219,9 +219,6 @@ class World:
         self.run_cycles = {path: engine.run_cycles for engine in hw.engines.values()
                            for path in engine.path_bytes_per_cycle}
         self.shaped_rates: dict[tuple[Instr, float], float] = {}    # see shaped
-        # bytes memory moves per byte kept, for a slice read in place
-        self.read_factor = {name: strided_read_factor(step, program.tensor_geometry[name][2])
-                            for name, step in program.slice_steps.items()}
         self.private_cycles: dict[Instr, int] = {}    # see _compute_private_cycles
         self.beginning: dict[int, list[GlobalTransfer]] = {}   # see begin_at
         # readers of one block crossing the L2 port one after another (see GlobalTransfer)

@@ -62,10 +62,7 @@ def transfer_runs(instr: Instr, program: Program) -> int:
 
 def moved_bytes(instr: Instr, program: Program) -> int:
     """The bytes a global transfer moves: its own, or a strided slice's whole sectors."""
-    step = program.slice_steps.get(instr.region.tensor)
-    if step is None:
-        return instr.nbytes
-    return instr.nbytes * strided_read_factor(step, program.tensor_geometry[instr.region.tensor][2])
+    return instr.nbytes * program.read_factor(instr.region.tensor)
 
 
 def transfer_rate(instr: Instr, program: Program, path_bytes_per_cycle: float,
@@ -179,3 +176,9 @@ class Program:
     @property
     def instruction_count(self) -> int:
         return sum(k.instruction_count for k in self.kernels)
+
+    def read_factor(self, tensor: str) -> int:
+        """Bytes memory moves per byte a transfer of `tensor` keeps: above 1 only for a slice
+        read in place (cost.strided_read_factor)."""
+        step = self.slice_steps.get(tensor)
+        return 1 if step is None else strided_read_factor(step, self.tensor_geometry[tensor][2])

@@ -20,7 +20,7 @@ from ..cost import compute_cycles, memory_cycles, vector_work
 from ..errors import SimulatorError, check_count
 from ..graph.fusion import Kernel, Plan, plan_kernels
 from ..graph.ops import OPS, operands_of
-from .epilogue import epilogue_refusal
+from .epilogue import epilogue_refusal, in_registers
 from .lower import MAX_INSTRUCTIONS, instruction_count
 from .tiling import (
     Tiling,
@@ -98,7 +98,8 @@ def estimate_cycles(kernel: Kernel, workload: Workload, t: Tiling) -> float:
     """The analytic estimate of `t` for this kernel (see tiling.estimate_cycles)."""
     shape = gemm_shape(list(kernel.gemms), workload.tensors)
     classes = tuple(OPS[op.op].cost_class for op in kernel.epilogue)
-    return tiling_estimate(shape, workload.hardware, t, classes)
+    return tiling_estimate(shape, workload.hardware, t, classes,
+                           in_registers(workload.hardware, list(kernel.ops)))
 
 
 def simulate_kernel(args: tuple[Workload, Kernel, Tiling]) -> int:

@@ -291,11 +291,13 @@ def multicast_sides(t: Tiling, cluster: int, gemms: int) -> dict[int, int]:
 
 
 def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
-                    epilogue: tuple[str, ...] = ()) -> float:
+                    epilogue: tuple[str, ...] = (), epilogue_in_registers: bool = False) -> float:
     """The busiest core's time for a tiling, from the same rates the engine uses, with no
     simulation: each pipe's total work, overlapped (buffers 2) or partly serialised
     (buffers 1), plus filling the pipeline; never below the chip's HBM time. `epilogue` lists
-    the vector cost classes of a fused epilogue. It ranks tilings; the simulation decides."""
+    the vector cost classes of a fused epilogue, `epilogue_in_registers` whether it works on
+    the accumulators in place (epilogue.in_registers). It ranks tilings; the simulation
+    decides."""
     fm, fn, fk = hw.cube.fractal[shape.dtype]
     g = shape.gemms
     batch, core_m, core_n = t.cell_extents(shape, hw.cube.fractal[shape.dtype])
@@ -347,9 +349,8 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
                                         l2.sustained_bytes_per_cycle / used / port_share)
         + miss_bytes / min(mte2_rate, hbm.sustained_bytes_per_cycle / used), in_flight)
     # an epilogue drains each block to UB, unless it works on the accumulators in place
-    # (epilogue.in_registers: the estimate knows only the cost classes, not row-wise ops)
-    in_registers = hw.epilogue_in_registers and "reduction" not in epilogue
-    fix_latency, fix_rate = _route(hw, "L0C", "UB" if epilogue and not in_registers else "HBM")
+    fix_latency, fix_rate = _route(hw, "L0C", "UB" if epilogue and not epilogue_in_registers
+                                   else "HBM")
     drain = blocks * g * (fix_latency + rows * t.base_n * shape.out_bytes / fix_rate)
     vector = 0.0
     for cost_class in epilogue:
