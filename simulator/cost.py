@@ -9,8 +9,10 @@ change to a mechanism is made here and reaches all of them.
                  a shared memory also shares that memory's bandwidth: engine/bandwidth.py);
   a transfer's shape: a global transfer moves a tile as contiguous runs (row-major: a row
                  each; fractal NZ: a 32-byte-wide column of fractals each; one run if the
-                 tile spans the tensor that way), and its engine spends at least its
-                 `run_cycles` on each run, so short rows move below the path's rate;
+                 tile spans the tensor that way); an engine with a packet size cuts each run
+                 at packet boundaries and moves each piece as whole, half and quarter
+                 packets, each taking a whole packet's time, so short or misaligned rows
+                 move below the path's rate;
   a strided read: a slice read in place (x[..., ::step]) moves each element as a run of
                  its own, and memory moves whole 32-byte sectors around the elements it keeps;
   a multicast:   a read that serves several cores at once crosses the L2 port once: each
@@ -45,15 +47,49 @@ def transfer_cycles(nbytes: int, latency_cycles: int, bytes_per_cycle: float) ->
 NZ_FRACTAL_BYTES = 32   # Ascend's FRACTAL_NZ: 16-row fractals of 32 bytes per row (C0)
 
 
-def contiguous_runs(rows: int, cols: int, tensor_rows: int, tensor_cols: int,
-                    element_bytes: int = 2, nz: bool = False) -> int:
-    """The contiguous runs a rows × cols block of a 2-D tensor moves as. Row-major: one per
-    row, or one in all when the block spans whole rows. NZ (stored as columns of fractals,
-    each column all rows deep): one per fractal column it touches, or one in all when the
-    block spans whole columns."""
-    if nz:
-        return 1 if rows >= tensor_rows else -(-cols * element_bytes // NZ_FRACTAL_BYTES)
-    return 1 if cols >= tensor_cols else rows
+def piece_packets(nbytes: int, packet_bytes: int) -> int:
+    """Packets for a piece within one packet: a half and a quarter packet if it holds them,
+    and one more for any remainder (Ascend's 512/256/128-byte packets)."""
+    half, quarter = packet_bytes // 2, packet_bytes // 4
+    return nbytes // half + nbytes % half // quarter + (nbytes % quarter > 0)
+
+
+def run_packets(offset: int, nbytes: int, packet_bytes: int) -> int:
+    """Packets a contiguous run of `nbytes` moves as, starting `offset` bytes into a packet:
+    cut at packet boundaries, whole packets for the middle and fewer for the ends."""
+    head = min(nbytes, -offset % packet_bytes)
+    middle, tail = divmod(nbytes - head, packet_bytes)
+    return piece_packets(head, packet_bytes) + middle + piece_packets(tail, packet_bytes)
+
+
+def block_packets(row0: int, row1: int, col0: int, col1: int, tensor_rows: int,
+                  tensor_cols: int, element_bytes: int, packet_bytes: int,
+                  nz: bool = False) -> int:
+    """Packets a block [row0:row1, col0:col1] of a 2-D tensor moves as, the tensor starting on
+    a packet boundary. Its contiguous runs: row-major, one per row, or one in all when the
+    block spans whole rows; NZ (columns of fractals, each all rows deep), one per fractal
+    column it touches, or one in all when the block spans whole columns."""
+    if nz:      # columns of fractals, each tensor_rows deep
+        width = NZ_FRACTAL_BYTES // element_bytes
+        column_bytes = tensor_rows * NZ_FRACTAL_BYTES
+        first, last = col0 // width, -(-col1 // width)
+        if row1 - row0 >= tensor_rows:
+            return run_packets(first * column_bytes % packet_bytes,
+                               (last - first) * column_bytes, packet_bytes)
+        return sum(run_packets((c * column_bytes + row0 * NZ_FRACTAL_BYTES) % packet_bytes,
+                               (row1 - row0) * NZ_FRACTAL_BYTES, packet_bytes)
+                   for c in range(first, last))
+    pitch = tensor_cols * element_bytes
+    if col1 - col0 >= tensor_cols:
+        return run_packets(row0 * pitch % packet_bytes, (row1 - row0) * pitch, packet_bytes)
+    run_bytes, rows = (col1 - col0) * element_bytes, row1 - row0
+    if not rows or not run_bytes:
+        return 0
+    period = packet_bytes // math.gcd(pitch, packet_bytes)   # rows until the offsets repeat
+    per_row = [run_packets((r * pitch + col0 * element_bytes) % packet_bytes, run_bytes,
+                           packet_bytes) for r in range(row0, row0 + min(rows, period))]
+    repeats, rest = divmod(rows, len(per_row))
+    return repeats * sum(per_row) + sum(per_row[:rest])
 
 
 SECTOR_BYTES = 32   # GPUs read global memory in 32-byte sectors; Ascend moves 32-byte blocks
@@ -65,12 +101,12 @@ def strided_read_factor(step: int, element_bytes: int) -> int:
     return max(1, min(step, SECTOR_BYTES // element_bytes))
 
 
-def shaped_rate(bytes_per_cycle: float, nbytes: int, runs: int, run_cycles: float) -> float:
-    """A global transfer's rate on its engine: the path's, unless its runs are too short for
-    the engine to issue them that fast (at least `run_cycles` per run)."""
-    if not run_cycles or not nbytes:
+def shaped_rate(bytes_per_cycle: float, nbytes: int, packets: int, packet_bytes: int) -> float:
+    """A global transfer's rate on its engine: the path's, unless its packets, each taking a
+    whole packet's time, come to more than its bytes."""
+    if not packet_bytes or not nbytes:
         return bytes_per_cycle
-    return min(bytes_per_cycle, nbytes / (runs * run_cycles))
+    return bytes_per_cycle * nbytes / max(nbytes, packets * packet_bytes)
 
 
 def multicast_share(nbytes: float, cores: int) -> float:

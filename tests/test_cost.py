@@ -5,10 +5,13 @@ import pytest
 
 from simulator import load_workload
 from simulator.cost import (
+    block_packets,
     compute_cycles,
     cube_call_cycles,
     fractal_steps,
     memory_cycles,
+    run_packets,
+    shaped_rate,
     transfer_cycles,
     vector_op_cycles,
 )
@@ -21,6 +24,41 @@ def test_a_move_is_its_start_up_then_its_bytes_at_the_rate():
     assert transfer_cycles(4096, 2, 128.0) == 2 + 32
     assert transfer_cycles(4097, 2, 128.0) == 2 + 33        # a partial cycle counts whole
     assert transfer_cycles(0, 5, 64.0) == 5
+
+
+@pytest.mark.parametrize("offset, nbytes, packets", [
+    (0, 512, 1), (0, 128, 1), (0, 640, 2),    # 512 + 128
+    (0, 896, 3), (0, 1000, 4),                # 512 + 256 + 128, and a remainder of 104
+    (128, 640, 3), (256, 640, 3), (384, 640, 2), (32, 16384, 35), (0, 0, 0)])
+def test_a_run_moves_as_ascends_packets_cut_at_packet_boundaries(offset, nbytes, packets):
+    """The vendor's rule (cache_tiling_cycle_model.cc): whole 512-byte packets, then a 256-
+    and a 128-byte one, then one for any remainder; a run is first cut where it crosses a
+    512-byte address."""
+    assert run_packets(offset, nbytes, 512) == packets
+
+
+def test_a_block_moves_its_rows_or_fractal_columns_as_runs():
+    # fp16 K x N = 16384 x 6144 row-major: 128 rows of 320 columns are 640-byte runs, at
+    # column 320 each starts 128 bytes into a packet (rows are 24 whole packets apart)
+    assert block_packets(0, 128, 0, 320, 16384, 6144, 2, 512) == 128 * 2
+    assert block_packets(0, 128, 320, 640, 16384, 6144, 2, 512) == 128 * 3
+    assert block_packets(0, 4, 0, 6144, 16384, 6144, 2, 512) == 4 * 24   # whole rows: one run
+    # a 100-column fp16 tensor (200-byte rows): whole rows are one run; half rows start at
+    # offsets that cycle through the packet
+    assert block_packets(0, 64, 0, 100, 64, 100, 2, 512) == 64 * 200 // 512
+    assert block_packets(0, 300, 0, 50, 640, 100, 2, 512) == sum(
+        run_packets(r * 200 % 512, 100, 512) for r in range(300))
+    assert block_packets(0, 5, 0, 50, 64, 100, 2, 512) == sum(
+        run_packets(r * 200 % 512, 100, 512) for r in range(5))
+    # NZ: each fractal column of the block is one run of 32 bytes per row
+    assert block_packets(0, 128, 0, 320, 16384, 6144, 2, 512, nz=True) == 20 * 8
+    assert block_packets(0, 16384, 0, 32, 16384, 6144, 2, 512, nz=True) == 2 * 1024
+
+
+def test_packets_slow_a_transfer_only_when_they_outweigh_its_bytes():
+    assert shaped_rate(64.0, 8192, 16, 512) == 64.0          # whole packets: the path's rate
+    assert shaped_rate(64.0, 640, 2, 512) == 64.0 * 640 / 1024
+    assert shaped_rate(64.0, 640, 2, 0) == 64.0              # no packets on this engine
 
 
 def test_a_cube_call_is_its_fill_then_one_fractal_step_a_cycle(tiny):

@@ -267,18 +267,20 @@ def test_a_multicast_read_crosses_the_l2_port_once_for_its_cluster(tiny, multica
         assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + nbytes // (32 * multicast)
 
 
-@pytest.mark.parametrize("cols, runs", [(32, 8), (64, 1)])
-def test_short_rows_move_at_the_engines_run_rate(tiny, cols, runs):
-    """An 8-row block of a 64-column fp16 tensor: 32 columns are 8 runs of 64 B, which an
-    engine spending 4 cycles per run moves at 16 B/cycle; whole rows are one run at 64."""
+@pytest.mark.parametrize("col0, col1, packets", [(0, 32, 8), (0, 128, 16), (48, 80, 16)])
+def test_short_or_misaligned_rows_move_as_whole_packets(tiny, col0, col1, packets):
+    """An 8-row block of a 128-column fp16 tensor (256-byte rows) through an engine of
+    128-byte packets: 64-byte runs are a packet each, so they move at half the 64 B/cycle
+    path; whole rows are one run of whole packets, at the path's rate; 64-byte runs that
+    cross a packet boundary are two packets each, a quarter of the rate."""
     from dataclasses import replace
 
-    engines = {**tiny.engines, "MTE2": replace(tiny.engines["MTE2"], run_cycles=4.0)}
+    engines = {**tiny.engines, "MTE2": replace(tiny.engines["MTE2"], packet_bytes=128)}
     hw = replace(tiny, engines=engines)
-    nbytes = 8 * cols * 2
-    block = transfer("MTE2", "load", "HBM", "L1", nbytes, Region("t", 0, 8, 0, cols))
-    [record] = simulate_program(one_kernel([[block]], {"t": (8, 64, 2)}), hw).records
-    rate = min(64, nbytes / (runs * 4))
+    nbytes = 8 * (col1 - col0) * 2
+    block = transfer("MTE2", "load", "HBM", "L1", nbytes, Region("t", 0, 8, col0, col1))
+    [record] = simulate_program(one_kernel([[block]], {"t": (8, 128, 2)}), hw).records
+    rate = 64 * nbytes / (packets * 128)
     assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + HBM_LAT + nbytes / rate
 
 
@@ -333,16 +335,16 @@ def test_short_kernels_wait_on_the_host_unless_launched_as_a_graph(tiny, graph, 
     assert second.run_cycle == expected
 
 
-def test_a_strided_run_costs_an_engine_issue_per_element(tiny):
-    """Eight rows of 32 elements taken every second column: 256 one-element runs, each at
-    least 4 cycles of an engine with run_cycles 4, whatever the bytes."""
+def test_a_strided_run_costs_a_packet_per_element(tiny):
+    """Eight rows of 32 elements taken every second column: 256 one-element runs, each a
+    whole 128-byte packet's time on an engine with such packets, whatever the bytes."""
     from dataclasses import replace
 
-    engines = {**tiny.engines, "MTE2": replace(tiny.engines["MTE2"], run_cycles=4.0)}
+    engines = {**tiny.engines, "MTE2": replace(tiny.engines["MTE2"], packet_bytes=128)}
     hw = replace(tiny, engines=engines)
     block = transfer("MTE2", "load", "HBM", "L1", 8 * 32 * 2, Region("v", 0, 8, 0, 32))
     program = one_kernel([[block]], {"v": (8, 32, 2)})
     program.slice_steps["v"] = 2
     [record] = simulate_program(program, hw).records
     assert record.hbm_bytes == 2 * 8 * 32 * 2          # whole sectors around kept elements
-    assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + HBM_LAT + 256 * 4
+    assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + HBM_LAT + 256 * 128 // 64

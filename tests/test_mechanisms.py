@@ -166,14 +166,14 @@ def slice_workload(hw, step, strided="direct"):
 def test_a_slice_read_in_place_moves_whole_sectors_element_by_element(tiny, step, factor):
     """a[:, ::step] read by the matmul directly: every element is a run of its own, and HBM
     moves the 32-byte sectors around the elements kept (16 fp16 elements at most)."""
-    from simulator.schedule.program import transfer_runs
+    from simulator.schedule.program import transfer_packets
 
     workload = slice_workload(tiny, step)
     program = lower_workload(workload)
     loads = [i for core in program.kernels[0].cores for i in core.queues["MTE2"]
              if i.region.tensor == "a2"]
-    assert all(transfer_runs(i, program) == (i.region.row1 - i.region.row0)
-               * (i.region.col1 - i.region.col0) for i in loads)
+    assert all(transfer_packets(i, program, 512) == (i.region.row1 - i.region.row0)
+               * (i.region.col1 - i.region.col0) for i in loads)     # a packet per element
     report = simulate(workload).to_dict()
     view = report["tensors"]["a2"]
     assert view["role"] == "view"
@@ -186,7 +186,7 @@ def test_a_slice_read_in_place_moves_whole_sectors_element_by_element(tiny, step
 def test_a_slice_copied_first_is_read_contiguously(tiny):
     """`strided: copy`: a copy kernel reads the slice in place and writes it contiguously;
     the matmul then reads whole rows of it."""
-    from simulator.schedule.program import transfer_runs
+    from simulator.schedule.program import transfer_packets
 
     workload = slice_workload(tiny, 2, strided="copy")
     program = lower_workload(workload)
@@ -195,8 +195,8 @@ def test_a_slice_copied_first_is_read_contiguously(tiny):
     assert {i.region.tensor for i in copy_loads} == {"a2~view"}
     mm_loads = [i for core in program.kernels[1].cores for i in core.queues["MTE2"]
                 if i.region.tensor == "a2"]
-    assert mm_loads and all(transfer_runs(i, program) <= i.region.row1 - i.region.row0
-                            for i in mm_loads)     # a run per row at most, not per element
+    assert mm_loads and all(transfer_packets(i, program, 512) <= i.region.row1 - i.region.row0
+                            for i in mm_loads)     # a packet per row at most, not per element
     direct = simulate(slice_workload(tiny, 2)).to_dict()
     copied = simulate(workload).to_dict()
     assert copied["traffic"]["HBM"]["write_bytes"] > direct["traffic"]["HBM"]["write_bytes"]

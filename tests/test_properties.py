@@ -149,3 +149,21 @@ def test_shared_channel_never_exceeds_its_bandwidth(capacity, flows):
     first_start = min(start for start, _, _ in flows)
     total = sum(nbytes for _, nbytes, _ in flows)
     assert max(finished.values()) - first_start >= total / capacity - 1e-6
+
+
+@settings(max_examples=500, deadline=None)
+@given(offset=st.integers(0, 511), nbytes=st.integers(0, 1 << 16),
+       packet_exponent=st.integers(5, 12))
+def test_packets_never_move_a_run_faster_than_its_bytes_nor_waste_more_than_its_ends(
+        offset, nbytes, packet_exponent):
+    """A run's packets carry at least its bytes (so no transfer beats the path's rate), a run
+    that starts and ends on packet boundaries is exactly its whole packets, and only its two
+    ends (three packets each at most) cost beyond them."""
+    from simulator.cost import run_packets
+
+    packet = 1 << packet_exponent
+    packets = run_packets(offset % packet, nbytes, packet)
+    assert packets * packet >= nbytes
+    assert packets <= nbytes // packet + 6
+    if offset % packet == 0 and nbytes % packet == 0:
+        assert packets == nbytes // packet

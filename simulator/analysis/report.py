@@ -115,7 +115,7 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
         if instr.region is None:
             return instr.nbytes / rate
         return moved_bytes(instr, program) / transfer_rate(instr, program, rate,
-                                                           engine.run_cycles)
+                                                           engine.packet_bytes)
 
     kernel_engine_cycles = [dict.fromkeys(ENGINES, 0.0) for _ in program.kernels]
     kernel_traffic = [_tally(logs, busy, stalls, per_tensor, engine_cycles_of, engine_cycles)

@@ -68,7 +68,7 @@ class Engine:
     latency_cycles: int                               # fixed start-up cost of every transfer
     path_bytes_per_cycle: dict[tuple[str, str], float]  # (source, destination) -> per-core rate
     queue_depth: int = 1        # global-memory transfers one core's engine keeps in flight
-    run_cycles: float = 0.0     # least cycles it spends per contiguous run of a global transfer
+    packet_bytes: int = 0       # global transfers move as packets of this size (cost.py); 0: none
 
 
 @dataclass(frozen=True)
@@ -138,7 +138,7 @@ class Hardware:
             "memories": {n: asdict(m) for n, m in self.memories.items()},
             "buffer_bytes": dict(self.buffer_bytes),
             "engines": {n: {"latency_cycles": e.latency_cycles, "queue_depth": e.queue_depth,
-                            "run_cycles": e.run_cycles,
+                            "packet_bytes": e.packet_bytes,
                             "path_bytes_per_cycle": {f"{s}->{d}": r for (s, d), r
                                                      in e.path_bytes_per_cycle.items()}}
                         for n, e in self.engines.items()},
@@ -199,10 +199,20 @@ CLOCK_RANGE_HZ = (1e6, 1e11)            # 1 MHz to 100 GHz
 MAX_LATENCY_S = 100e-6                  # the start-up of any memory, engine or unit
 MAX_LAUNCH_OVERHEAD_S = 10e-3           # dispatching one kernel
 MAX_MULTICAST_CORES = 16               # Hopper's largest (non-portable) cluster
-MAX_RUN_CYCLES = 10_000.0               # one contiguous run of a transfer, in cycles
+PACKET_RANGE_BYTES = (32, 65536)        # a global transfer's packet: a power of two
 MAX_QUEUE_DEPTH = 1024                  # transfers in flight on one core's engine
 MAX_COST_FACTOR = 1000.0                # cycles per byte of a vector op, relative to an add
 RATE_RANGE_BYTES_PER_CYCLE = (1e-3, 1e6)  # any memory, path or unit: 1 MB/s to 1 PB/s at 1 GHz
+
+
+def packet_size(value: Any) -> int:
+    """A packet: a power of two of bytes within PACKET_RANGE_BYTES, written as a size."""
+    nbytes = parse_size(value)
+    low, high = PACKET_RANGE_BYTES
+    if not low <= nbytes <= high or nbytes & (nbytes - 1):
+        raise ValueError(f"{quote(value)} must be a power of two from {low} B to "
+                         f"{format_size(high)}")
+    return nbytes
 
 
 def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = None) -> Hardware:
@@ -245,7 +255,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         f = top.sub(eng)
         start_cycles = f.get("latency", latency)
         queue_depth = f.get("queue_depth", as_int(1, MAX_QUEUE_DEPTH), default=1)
-        run_cycles = f.get("run_cycles", as_number(MAX_RUN_CYCLES), default=0.0)
+        packet_bytes = f.get("packet_bytes", packet_size, default=0)
         paths_f = f.sub("paths")
         rates = {}
         for key in paths_f.raw:
@@ -266,7 +276,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
                 problems.add(path_name, str(exc))
         paths_f.finish()
         f.finish()
-        engines[eng] = Engine(eng, start_cycles, rates, queue_depth, run_cycles)
+        engines[eng] = Engine(eng, start_cycles, rates, queue_depth, packet_bytes)
 
     cube_f = top.sub("cube")
     cube_latency = cube_f.get("latency", latency)

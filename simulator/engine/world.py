@@ -216,8 +216,8 @@ class World:
         self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
                        for path, rate in engine.path_bytes_per_cycle.items()}
         self.queue_depths = {name: engine.queue_depth for name, engine in hw.engines.items()}
-        self.run_cycles = {path: engine.run_cycles for engine in hw.engines.values()
-                           for path in engine.path_bytes_per_cycle}
+        self.packet_bytes = {path: engine.packet_bytes for engine in hw.engines.values()
+                             for path in engine.path_bytes_per_cycle}
         self.shaped_rates: dict[tuple[Instr, float], float] = {}    # see shaped
         self.private_cycles: dict[Instr, int] = {}    # see _compute_private_cycles
         self.beginning: dict[int, list[GlobalTransfer]] = {}   # see begin_at
@@ -377,14 +377,14 @@ class World:
 
     def shaped(self, instr: Instr, bytes_per_cycle: float) -> float:
         """A global transfer's rate on a path of `bytes_per_cycle`, given its shape."""
-        run_cycles = self.run_cycles[(instr.src, instr.dst)]
-        if not run_cycles:
+        packet_bytes = self.packet_bytes[(instr.src, instr.dst)]
+        if not packet_bytes:
             return bytes_per_cycle
         key = (instr, bytes_per_cycle)
         rate = self.shaped_rates.get(key)
         if rate is None:
             rate = self.shaped_rates[key] = transfer_rate(instr, self.program, bytes_per_cycle,
-                                                          run_cycles)
+                                                          packet_bytes)
         return rate
 
     def _compute_private_cycles(self, instr: Instr) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..cost import contiguous_runs, shaped_rate, strided_read_factor
+from ..cost import block_packets, run_packets, shaped_rate, strided_read_factor
 
 PIPES = ("MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3")
 
@@ -49,15 +49,20 @@ class Instr:
     multicast: int = 1                # cores one L2 read of this region serves at once
 
 
-def transfer_runs(instr: Instr, program: Program) -> int:
-    """The contiguous runs a global transfer moves its region as (see cost.contiguous_runs)."""
+def transfer_packets(instr: Instr, program: Program, packet_bytes: int) -> int:
+    """The packets a global transfer moves its region as (cost.block_packets); a slice read in
+    place moves a run per row (each assumed to start on a packet boundary), or per element
+    if strided."""
     region = instr.region
     rows, cols, element_bytes = program.tensor_geometry[region.tensor]
     step = program.slice_steps.get(region.tensor)
-    if step is not None:    # a slice of a wider row: a run per row, or per element if strided
-        return (region.row1 - region.row0) * ((region.col1 - region.col0) if step > 1 else 1)
-    return contiguous_runs(region.row1 - region.row0, region.col1 - region.col0, rows, cols,
-                           element_bytes, region.tensor in program.nz_tensors)
+    block_rows, block_cols = region.row1 - region.row0, region.col1 - region.col0
+    if step is not None:
+        if step > 1:
+            return block_rows * block_cols
+        return block_rows * run_packets(0, block_cols * element_bytes, packet_bytes)
+    return block_packets(region.row0, region.row1, region.col0, region.col1, rows, cols,
+                         element_bytes, packet_bytes, region.tensor in program.nz_tensors)
 
 
 def moved_bytes(instr: Instr, program: Program) -> int:
@@ -66,13 +71,13 @@ def moved_bytes(instr: Instr, program: Program) -> int:
 
 
 def transfer_rate(instr: Instr, program: Program, path_bytes_per_cycle: float,
-                  run_cycles: float) -> float:
-    """A global transfer's rate on a path: the path's, or its runs' issue rate if that is
-    lower (cost.shaped_rate)."""
-    if not run_cycles:
+                  packet_bytes: int) -> float:
+    """A global transfer's rate on a path: the path's, or lower if its packets take longer
+    than its bytes (cost.shaped_rate)."""
+    if not packet_bytes:
         return path_bytes_per_cycle
     return shaped_rate(path_bytes_per_cycle, moved_bytes(instr, program),
-                       transfer_runs(instr, program), run_cycles)
+                       transfer_packets(instr, program, packet_bytes), packet_bytes)
 
 
 def transfer(pipe: str, label: str, src: str, dst: str, nbytes: int,

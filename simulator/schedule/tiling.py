@@ -18,7 +18,7 @@ from ..config.hardware import ACCUMULATOR_BYTES, Hardware
 from ..config.workload import TilingSpec
 from ..cost import (
     SECTOR_BYTES,
-    contiguous_runs,
+    block_packets,
     cube_call_cycles,
     multicast_share,
     queued_transfers_cycles,
@@ -43,8 +43,10 @@ class MatmulShape:
     dtype: str         # the Cube's input dtype (selects the fractal)
     batch: int = 1     # independent matmuls of this shape (batch_matmul)
     gemms: int = 1     # GEMMs sharing A in one kernel (2 for a dual gate/up GEMM)
-    a_nz: bool = False  # A or B stored in the fractal NZ layout (cost.contiguous_runs)
+    a_nz: bool = False  # A or B stored in the fractal NZ layout (cost.block_packets)
     b_nz: bool = False
+    a_transposed: bool = False  # A stored K x M, or B stored N x K
+    b_transposed: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,7 +104,8 @@ def gemm_shape(gemms: list, tensors: dict) -> MatmulShape:
     return MatmulShape(m=m, n=n, k=k, a_bytes=DTYPE_BYTES[a.dtype], b_bytes=DTYPE_BYTES[b.dtype],
                        out_bytes=DTYPE_BYTES[tensors[op.output].dtype], dtype=a.dtype,
                        batch=batch, gemms=len(gemms), a_nz=a.layout == "nz",
-                       b_nz=b.layout == "nz")
+                       b_nz=b.layout == "nz", a_transposed=op.attrs.get("transpose_a", False),
+                       b_transposed=op.attrs.get("transpose_b", False))
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -290,6 +293,22 @@ def multicast_sides(t: Tiling, cluster: int, gemms: int) -> dict[int, int]:
     return {}
 
 
+def load_packets(rows: int, cols: int, tensor_rows: int, tensor_cols: int,
+                 element_bytes: int, nz: bool, transposed: bool, packet_bytes: int) -> float:
+    """The packets one load of a rows × cols operand block moves as (stored transposed: cols ×
+    rows), averaged over the column offsets successive blocks start at."""
+    if not packet_bytes:
+        return 0.0
+    if transposed:
+        rows, cols, tensor_rows, tensor_cols = cols, rows, tensor_cols, tensor_rows
+    rows, cols = min(rows, tensor_rows), min(cols, tensor_cols)
+    blocks = min(-(-tensor_cols // cols), packet_bytes // math.gcd(cols * element_bytes,
+                                                                    packet_bytes))
+    return sum(block_packets(0, rows, j * cols, min((j + 1) * cols, tensor_cols), tensor_rows,
+                             tensor_cols, element_bytes, packet_bytes, nz)
+               for j in range(blocks)) / blocks
+
+
 def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
                     epilogue: tuple[str, ...] = (), epilogue_in_registers: bool = False) -> float:
     """The busiest core's time for a tiling, from the same rates the engine uses, with no
@@ -325,12 +344,14 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
     port_share = (multicast_share(a_load_bytes, shared.get(0, 1))
                   + multicast_share(b_load_bytes, shared.get(1, 1))) / mte2_bytes
     mte2_latency, path_rate = _route(hw, "HBM", "L1")
-    # short rows move below the path's rate (cost.shaped_rate): the engine's blended rate
-    run_cycles = hw.engines["MTE2"].run_cycles
-    a_rate = shaped_rate(path_rate, rows * chunk * shape.a_bytes, contiguous_runs(
-        rows, chunk, shape.m, shape.k, shape.a_bytes, shape.a_nz), run_cycles)
-    b_rate = shaped_rate(path_rate, chunk * t.base_n * shape.b_bytes, contiguous_runs(
-        chunk, t.base_n, shape.k, shape.n, shape.b_bytes, shape.b_nz), run_cycles)
+    # short or misaligned rows move below the path's rate (cost.shaped_rate)
+    packet = hw.engines["MTE2"].packet_bytes
+    a_rate = shaped_rate(path_rate, rows * chunk * shape.a_bytes, load_packets(
+        rows, chunk, shape.m, shape.k, shape.a_bytes, shape.a_nz, shape.a_transposed, packet),
+        packet)
+    b_rate = shaped_rate(path_rate, chunk * t.base_n * shape.b_bytes, load_packets(
+        chunk, t.base_n, shape.k, shape.n, shape.b_bytes, shape.b_nz, shape.b_transposed,
+        packet), packet)
     mte2_rate = mte2_bytes / (a_load_bytes / a_rate + b_load_bytes / b_rate)
     l2, hbm = hw.memories["L2"], hw.memories["HBM"]
     used = t.cores_used(hw.cores)
