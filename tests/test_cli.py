@@ -97,3 +97,21 @@ def test_readme_shows_real_output():
     for command, shown in blocks:
         assert output_of(command) == shown, (
             f"README block for '{command}' is stale; refresh: python -m tests.refresh_readme")
+
+
+def test_the_same_run_in_two_processes_writes_the_same_report_byte_for_byte(tmp_path):
+    """Determinism across processes, not just within one: string hashing differs between
+    Python processes (PYTHONHASHSEED), so any set or dict order leaking into the timing
+    would show here."""
+    import os
+
+    outputs = []
+    for seed in ("1", "2"):
+        out = tmp_path / f"r{seed}.json"
+        result = subprocess.run(
+            [sys.executable, "-m", "simulator", "run", "workloads/llama7b_decode_layer.yaml",
+             "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
+            env={**os.environ, "PYTHONHASHSEED": seed})
+        assert result.returncode == 0, result.stderr
+        outputs.append(out.read_bytes())
+    assert outputs[0] == outputs[1]

@@ -151,6 +151,63 @@ def test_shared_channel_never_exceeds_its_bandwidth(capacity, flows):
     assert max(finished.values()) - first_start >= total / capacity - 1e-6
 
 
+def processor_sharing_finishes(capacity: float, cap: float, sizes: list[int]) -> list[float]:
+    """Fluid finish times of flows that all start at 0 with one per-flow cap: the k still
+    running each move at min(cap, capacity / k), so they finish smallest first."""
+    finishes, now, moved = [], 0.0, 0.0
+    order = sorted(range(len(sizes)), key=sizes.__getitem__)
+    for done, index in enumerate(order):
+        rate = min(cap, capacity / (len(sizes) - done))
+        now += (sizes[index] - moved) / rate
+        moved = sizes[index]
+        finishes.append((index, now))
+    return [t for _, t in sorted(finishes)]
+
+
+def run_channel(channel_class, capacity: int, cap: int, sizes: list[int]) -> list[int]:
+    env = simpy.Environment()
+    channel = channel_class(env, "HBM", float(capacity))
+    finished = [0] * len(sizes)
+
+    def flow(index, nbytes):
+        yield channel.transfer(nbytes, float(cap))
+        finished[index] = env.now
+
+    for index, nbytes in enumerate(sizes):
+        env.process(flow(index, nbytes))
+    env.run()
+    return finished
+
+
+def assert_shares_fairly_and_wastes_nothing(channel_class, capacity, cap, sizes):
+    """Every flow lands when fair sharing of the whole channel says, give or take the whole
+    cycles it rounds to: a channel that leaves bandwidth idle lands them late."""
+    expected = processor_sharing_finishes(capacity, cap, sizes)
+    for got, fluid in zip(run_channel(channel_class, capacity, cap, sizes), expected):
+        assert fluid - 1e-6 <= got <= fluid + len(sizes), (got, fluid)
+
+
+@settings(max_examples=200, deadline=None)
+@given(capacity=st.integers(1, 512), cap=st.integers(1, 512),
+       sizes=st.lists(st.integers(1000, 100_000), min_size=1, max_size=8))
+def test_shared_channel_uses_all_the_bandwidth_fair_sharing_allows(capacity, cap, sizes):
+    assert_shares_fairly_and_wastes_nothing(SharedChannel, capacity, cap, sizes)
+
+
+class WastefulChannel(SharedChannel):
+    """A mutant that shares only 80% of its bandwidth: the property above must catch it."""
+
+    def __init__(self, env, name, bytes_per_cycle):
+        super().__init__(env, name, bytes_per_cycle * 0.8)
+
+
+def test_the_sharing_property_catches_a_channel_that_wastes_bandwidth():
+    with pytest.raises(AssertionError):
+        assert_shares_fairly_and_wastes_nothing(WastefulChannel, 100, 1000, [5000, 20_000])
+    with pytest.raises(AssertionError):   # capped flows: the waste shows once caps exceed it
+        assert_shares_fairly_and_wastes_nothing(WastefulChannel, 100, 60, [5000, 20_000])
+
+
 @settings(max_examples=500, deadline=None)
 @given(offset=st.integers(0, 511), nbytes=st.integers(0, 1 << 16),
        packet_exponent=st.integers(5, 12))
