@@ -27,7 +27,8 @@ import simpy
 from simulator import load_workload
 from simulator.analysis.report import analyse
 from simulator.engine.reference import ProcessPerPipeWorld
-from simulator.engine.world import World, gc_paused
+from simulator.engine.world import World
+from simulator.gc_pause import gc_paused
 from simulator.pipeline import lower_workload
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -20,6 +20,7 @@ import time
 
 from simulator import load_hardware
 from simulator.config.workload import parse_workload
+from simulator.gc_pause import gc_paused
 from simulator.graph.fusion import plan_kernels
 from simulator.schedule.search import (
     TilingError,
@@ -86,4 +87,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    with gc_paused():       # the collector would rescan every record of every run
+        main()

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from .errors import OVERRIDE_MARK, SimulatorError, printable, quote
+from .gc_pause import gc_paused
 from .outputs import (
     CsvRows,
     Output,
@@ -190,7 +191,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         commands = {"run": _run, "plan": _plan, "compare": _compare, "sweep": _sweep,
                     "tune": _tune}
-        return commands[args.command](args)
+        with gc_paused():
+            return commands[args.command](args)
     except SimulatorError as exc:
         lines = str(exc).split("\n") if str(exc) else [type(exc).__name__]
         for line in lines[:MAX_ERROR_LINES]:

@@ -86,5 +86,14 @@ class Problems:
             raise ConfigError(self.source, self.items, tuple(self.unknown_paths))
 
 
+class TilingError(SimulatorError):
+    """A tiling that breaks a rule; the message names the field path, the rule and the numbers."""
+
+
+class CycleBudgetError(SimulatorError):
+    """A run went past the cycle budget it was given: stopped rather than left to hang."""
+
+
 class InvariantError(AssertionError):
-    """The model broke physics (a bug in the simulator, never a user mistake)."""
+    """The model broke physics or its own bookkeeping (a bug in the simulator, never a user
+    mistake): every internal check raises it."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from .analysis.report import Report, analyse
 from .config.workload import Workload
-from .engine.world import gc_paused, simulate_program
+from .engine.world import simulate_program
 from .errors import check_count
 from .graph.fusion import plan_kernels
 from .schedule.lower import lower
@@ -28,15 +28,14 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> Report:
                         f"{type(workload).__name__}")
     check_count("max_cycles", max_cycles, optional=True)
 
-    with gc_paused():
-        program = lower_workload(workload)
-        if max_cycles is None:
-            bound = roofline(program, workload.hardware).bound_cycles
-            max_cycles = int(1000 * bound + 10_000_000 + workload.hardware.launch_overhead_cycles
-                             * len(program.kernels))
-        trace = simulate_program(program, workload.hardware, max_cycles)
-        return analyse(trace, program, workload.hardware, workload.name,
-                       _provenance(workload, __version__))
+    program = lower_workload(workload)
+    if max_cycles is None:
+        bound = roofline(program, workload.hardware).bound_cycles
+        max_cycles = int(1000 * bound + 10_000_000 + workload.hardware.launch_overhead_cycles
+                         * len(program.kernels))
+    trace = simulate_program(program, workload.hardware, max_cycles)
+    return analyse(trace, program, workload.hardware, workload.name,
+                   _provenance(workload, __version__))
 
 
 def _provenance(workload: Workload, version: str) -> dict:

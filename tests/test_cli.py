@@ -115,3 +115,24 @@ def test_the_same_run_in_two_processes_writes_the_same_report_byte_for_byte(tmp_
         assert result.returncode == 0, result.stderr
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
+
+
+def test_the_cli_pauses_the_garbage_collector_and_library_calls_do_not(monkeypatch):
+    """The collector is process-wide: only the command line, which owns its process, may
+    pause it; simulate() from a notebook leaves it running."""
+    import gc
+
+    from simulator import cli, load_workload, pipeline, simulate
+
+    seen = []
+    original = pipeline.simulate_program
+
+    def recording(*args, **kwargs):
+        seen.append(gc.isenabled())
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(pipeline, "simulate_program", recording)
+    simulate(load_workload(ROOT / "workloads" / "matmul_residual_rmsnorm.yaml"))
+    assert cli.main(["run", str(ROOT / "workloads" / "matmul_residual_rmsnorm.yaml")]) == 0
+    assert seen == [True, False]
+    assert gc.isenabled()

@@ -138,7 +138,7 @@ def test_a_deadlock_is_diagnosed_with_the_waiting_pipe_and_the_flag(tiny):
 
 
 def test_a_run_past_its_cycle_budget_stops_with_a_clear_error(tiny):
-    from simulator.engine.world import CycleBudgetError
+    from simulator.errors import CycleBudgetError
 
     w = matmul_workload(tiny, 64, 64, 256)
     with pytest.raises(CycleBudgetError, match="passed its budget of 500 cycles"):

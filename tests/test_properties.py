@@ -9,8 +9,8 @@ from hypothesis import strategies as st
 
 from simulator.analysis.report import UNIT_OF_PIPE
 from simulator.engine.bandwidth import SharedChannel
+from simulator.errors import TilingError
 from simulator.pipeline import lower_workload, simulate
-from simulator.schedule.tiling import TilingError
 
 from .helpers import matmul_workload, with_queue_depth
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
+from ..errors import OVERRIDE_MARK, ConfigError, InvariantError, Problems, quote
 from ..units import DTYPE_BYTES, format_size, parse_clock, parse_rate, parse_size, parse_time
 from .strict import (
     HARDWARE_PREFIX,
@@ -122,7 +122,8 @@ class Hardware:
             rate = engine.path_bytes_per_cycle.get((source, destination))
             if rate is not None:
                 return engine, rate
-        raise KeyError(f"{self.name}: no engine serves the path {source}->{destination}")
+        raise InvariantError(f"{self.name}: no engine serves the path "
+                             f"{source}->{destination}")
 
     def peak_flops_per_cycle(self, dtype: str) -> int:
         m, n, k = self.cube.fractal[dtype]

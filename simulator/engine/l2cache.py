@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from functools import lru_cache
 
+from ..errors import InvariantError
 from ..schedule.program import Region
 
 MIN_GRANULE_ROWS, MAX_GRANULE_ROWS = 16, 64
@@ -67,7 +68,7 @@ class L2Cache:
         """The region cut along granule boundaries (see `_cut_region`)."""
         rows, cols, elem = self.geometry[region.tensor]
         if not (0 <= region.row0 < region.row1 <= rows and 0 <= region.col0 < region.col1 <= cols):
-            raise AssertionError(f"region {region} outside tensor of {rows}x{cols}")
+            raise InvariantError(f"region {region} outside tensor of {rows}x{cols}")
         return _cut_region(region.row0, region.row1, region.col0, region.col1, cols, elem,
                            self.granule_rows)
 

@@ -23,10 +23,8 @@ checks it), at about a seventh of the events.
 
 from __future__ import annotations
 
-import gc
 import math
 from collections import deque
-from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import cached_property, partial
 from itertools import chain
@@ -38,28 +36,11 @@ import simpy
 
 from ..config.hardware import Hardware
 from ..cost import kernel_start_cycle, transfer_cycles
-from ..errors import InvariantError, SimulatorError
+from ..errors import CycleBudgetError, InvariantError
 from ..schedule.program import CoreProgram, Instr, Program, transfer_rate
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
 from .transfer import AfterTheCycle, GlobalTransfer, landing_delay
-
-
-@contextmanager
-def gc_paused():
-    """Pause the cyclic garbage collector: a run allocates millions of records and no
-    reference cycles, and every collection would rescan them all."""
-    collecting = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if collecting:
-            gc.enable()
-
-
-class CycleBudgetError(SimulatorError):
-    """A run went past the cycle budget it was given: stopped rather than left to hang."""
 
 
 class Record(NamedTuple):
@@ -227,13 +208,7 @@ class World:
         self.hbm_latency = hw.memories["HBM"].latency_cycles
 
     def run(self, max_cycles: int | None = None) -> Trace:
-        """Run to completion; a deadlock is diagnosed, and `max_cycles` bounds the run.
-
-        """
-        with gc_paused():
-            return self._run(max_cycles)
-
-    def _run(self, max_cycles: int | None) -> Trace:
+        """Run to completion; a deadlock is diagnosed, and `max_cycles` bounds the run."""
         budget = min(max_cycles or MAX_RUN_CYCLES, MAX_RUN_CYCLES)
         main = self.env.process(self._kernels())
         limit = self.env.timeout(budget + 1)     # a run that ends at `budget` is within it

@@ -19,9 +19,10 @@ import math
 from ..config.hardware import Hardware
 from ..config.workload import Op, Tensor, Workload
 from ..cost import vector_op_cycles
+from ..errors import TilingError
 from ..graph.ops import DTYPE_BYTES, OPS
 from .program import CoreProgram, Instr, Region, SlotRing, transfer
-from .tiling import TilingError, gemm_shape, resolve_tiling, round_up
+from .tiling import gemm_shape, resolve_tiling, round_up
 
 UB_ALIGN_BYTES = 32  # UB and L1 addresses are 32-byte aligned (Ascend C hardware constraints)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..cost import block_packets, run_packets, shaped_rate, strided_read_factor
+from ..errors import InvariantError
 
 PIPES = ("MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3")
 
@@ -129,7 +130,7 @@ class SlotRing:
     def fill(self, producer: Instr) -> int:
         """The producer takes the next slot (waiting until it is free) and marks it ready."""
         if producer.nbytes > self.slot_bytes:
-            raise AssertionError(f"{producer.label}: {producer.nbytes} B into a "
+            raise InvariantError(f"{producer.label}: {producer.nbytes} B into a "
                                  f"{self.slot_bytes} B slot of {self.buffer}")
         slot = self.next
         self.next = (slot + 1) % len(self.ready)

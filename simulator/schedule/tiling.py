@@ -24,12 +24,8 @@ from ..cost import (
     queued_transfers_cycles,
     shaped_rate,
 )
-from ..errors import SimulatorError
+from ..errors import TilingError
 from ..units import format_size
-
-
-class TilingError(SimulatorError):
-    """A tiling that breaks a rule; the message names the field path, the rule and the numbers."""
 
 
 @dataclass(frozen=True)
