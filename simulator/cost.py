@@ -69,27 +69,34 @@ def block_packets(row0: int, row1: int, col0: int, col1: int, tensor_rows: int,
     a packet boundary. Its contiguous runs: row-major, one per row, or one in all when the
     block spans whole rows; NZ (columns of fractals, each all rows deep), one per fractal
     column it touches, or one in all when the block spans whole columns."""
-    if nz:      # columns of fractals, each tensor_rows deep
+    if nz:
         width = NZ_FRACTAL_BYTES // element_bytes
         column_bytes = tensor_rows * NZ_FRACTAL_BYTES
         first, last = col0 // width, -(-col1 // width)
         if row1 - row0 >= tensor_rows:
             return run_packets(first * column_bytes % packet_bytes,
                                (last - first) * column_bytes, packet_bytes)
-        return sum(run_packets((c * column_bytes + row0 * NZ_FRACTAL_BYTES) % packet_bytes,
-                               (row1 - row0) * NZ_FRACTAL_BYTES, packet_bytes)
-                   for c in range(first, last))
+        return strided_runs_packets(first * column_bytes + row0 * NZ_FRACTAL_BYTES,
+                                    column_bytes, last - first,
+                                    (row1 - row0) * NZ_FRACTAL_BYTES, packet_bytes)
     pitch = tensor_cols * element_bytes
     if col1 - col0 >= tensor_cols:
         return run_packets(row0 * pitch % packet_bytes, (row1 - row0) * pitch, packet_bytes)
-    run_bytes, rows = (col1 - col0) * element_bytes, row1 - row0
-    if not rows or not run_bytes:
+    return strided_runs_packets(row0 * pitch + col0 * element_bytes, pitch, row1 - row0,
+                                (col1 - col0) * element_bytes, packet_bytes)
+
+
+def strided_runs_packets(first_byte: int, stride_bytes: int, runs: int, run_bytes: int,
+                         packet_bytes: int) -> int:
+    """Packets of `runs` runs of `run_bytes`, `stride_bytes` apart from `first_byte` on: their
+    offsets into a packet repeat every packet_bytes / gcd(stride, packet) runs."""
+    if runs <= 0 or run_bytes <= 0:
         return 0
-    period = packet_bytes // math.gcd(pitch, packet_bytes)   # rows until the offsets repeat
-    per_row = [run_packets((r * pitch + col0 * element_bytes) % packet_bytes, run_bytes,
-                           packet_bytes) for r in range(row0, row0 + min(rows, period))]
-    repeats, rest = divmod(rows, len(per_row))
-    return repeats * sum(per_row) + sum(per_row[:rest])
+    period = min(runs, packet_bytes // math.gcd(stride_bytes, packet_bytes))
+    per_run = [run_packets((first_byte + r * stride_bytes) % packet_bytes, run_bytes,
+                           packet_bytes) for r in range(period)]
+    repeats, rest = divmod(runs, period)
+    return repeats * sum(per_run) + sum(per_run[:rest])
 
 
 SECTOR_BYTES = 32   # GPUs read global memory in 32-byte sectors; Ascend moves 32-byte blocks
