@@ -3,6 +3,9 @@ standard workloads, how wall time scales with the instruction count, and peak me
 
     python benchmarks/engine_speed.py [--quick]
 
+Startup (issue 12): `python -m simulator --help` well under half a second, and the main job's
+whole-process wall time beside a bare SimPy loop of 200,000 timeouts run the same way.
+
 Targets (issue 5): engine >= 30% of the bare SimPy event rate; ffn_decode < 0.5 s;
 llama7b_decode_layer < 1 s; a 32-layer decode step < 10 s; ffn_prefill < 10 s; wall time
 linear in instructions (fitted exponent near 1).
@@ -19,6 +22,8 @@ from __future__ import annotations
 import argparse
 import math
 import resource
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -101,11 +106,46 @@ def layers_workload(layers: int) -> Path:
     return path
 
 
+BARE_LOOP = """
+import simpy
+env = simpy.Environment()
+def ticks(env):
+    for _ in range(200_000):
+        yield env.timeout(1)
+env.process(ticks(env))
+env.run()
+"""
+
+
+def process_wall_s(args: list[str]) -> float:
+    """The whole-process wall time of a Python command (interpreter start and imports
+    included), the best of three."""
+    best = math.inf
+    for _ in range(3):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, *args], cwd=ROOT, check=True, capture_output=True)
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def startup() -> None:
+    """What a user waits for at the prompt: --help, and the main job as a whole process,
+    beside a bare SimPy loop of 200,000 timeouts run the same way (issue 12's aim: the main
+    job no slower than that loop)."""
+    help_s = process_wall_s(["-m", "simulator", "--help"])
+    main_s = process_wall_s(["-m", "simulator", "run", "workloads/ffn_decode.yaml"])
+    bare_s = process_wall_s(["-c", BARE_LOOP])
+    print(f"whole process: --help {help_s:.2f} s (target < 0.5 s); main job (run "
+          f"ffn_decode.yaml) {main_s:.2f} s; bare SimPy loop of 200,000 timeouts {bare_s:.2f} s"
+          f" (main job / loop: {main_s / bare_s:.2f}, aim <= 1)\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="skip the 32-layer step")
     args = parser.parse_args()
 
+    startup()
     run(ROOT / "workloads" / "ffn_decode.yaml")      # warm up (imports, the L2's cut cache)
     decode = run(ROOT / "workloads" / "ffn_decode.yaml")
     event_rate = decode["events"] / decode["engine_s"]

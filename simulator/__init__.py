@@ -10,13 +10,34 @@
 
 from __future__ import annotations
 
-from .config.hardware import Hardware, load_hardware
-from .config.workload import Workload, load_workload
-from .errors import ConfigError, SimulatorError
-from .pipeline import compare, lower_workload, plan, simulate
-from .schedule.search import tune
-from .sweep import sweep
+from .sweep import sweep  # eager: importing the module `simulator.sweep` would hide a lazy one
 from .version import __version__
+
+# Imported on first use, so that `python -m simulator --help` and `import simulator` do not
+# pay for numpy, networkx and SimPy before they are needed.
+_LAZY = {
+    "Hardware": "config.hardware", "load_hardware": "config.hardware",
+    "Workload": "config.workload", "load_workload": "config.workload",
+    "ConfigError": "errors", "SimulatorError": "errors",
+    "compare": "pipeline", "lower_workload": "pipeline", "plan": "pipeline",
+    "simulate": "pipeline", "tune": "schedule.search",
+}
+
+
+def __getattr__(name: str):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'simulator' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = ["Hardware", "Workload", "ConfigError", "SimulatorError", "load_hardware",
            "load_workload", "lower_workload", "simulate", "plan", "compare", "sweep", "tune",

@@ -244,7 +244,6 @@ def clip(text: str, beside: int = 0) -> str:
 
 def _run(args) -> int:
     from . import load_workload, simulate
-    from .viz.plots import PLOT_FILES, write_plots
 
     outputs = {}
     if args.json and args.json != "-":
@@ -252,7 +251,9 @@ def _run(args) -> int:
     if args.trace:
         outputs["trace"] = Output("--trace", Path(args.trace), "json")
     check_outputs(list(outputs.values()), args.force, (args.workload,))
-    if args.plot:
+    if args.plot:       # matplotlib only when plots are asked for: it is slow to import
+        from .viz.plots import PLOT_FILES, write_plots
+
         check_plot_folder("--plot", Path(args.plot), PLOT_FILES, args.force,
                           list(outputs.values()))
     workload = load_workload(args.workload, args.overrides)

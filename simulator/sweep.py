@@ -17,9 +17,9 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from .analysis.report import UTILIZATION_KEYS
 from .config.strict import YamlLimitError, parse_yaml
 from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, check_count, quote
+from .schedule.program import UTILIZATION_KEYS
 
 # Report figures that become columns of a sweep row, flattened to one level.
 METRICS = ("time_us", "cycles", "bound", "binding", "flops", "achieved_tflops", "peak_tflops",

@@ -136,3 +136,22 @@ def test_the_cli_pauses_the_garbage_collector_and_library_calls_do_not(monkeypat
     assert cli.main(["run", str(ROOT / "workloads" / "matmul_residual_rmsnorm.yaml")]) == 0
     assert seen == [True, False]
     assert gc.isenabled()
+
+
+def test_help_and_import_leave_the_heavy_libraries_unloaded():
+    """`--help` and `import simulator` stay quick because numpy, networkx, matplotlib and
+    SimPy load only when a run needs them (benchmarks/engine_speed.py times the start-up)."""
+    code = ("import sys, io, contextlib\n"
+            "import simulator\n"
+            "from simulator import cli\n"
+            "with contextlib.redirect_stdout(io.StringIO()):\n"
+            "    try:\n"
+            "        cli.main(['--help'])\n"
+            "    except SystemExit:\n"
+            "        pass\n"
+            "print(sorted(m for m in ('numpy', 'networkx', 'matplotlib', 'simpy')"
+            " if m in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                            text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

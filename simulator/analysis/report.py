@@ -26,7 +26,14 @@ from ..cost import (
 from ..engine.world import PipeLog, Trace
 from ..errors import InvariantError
 from ..schedule.lower import footprint_bytes
-from ..schedule.program import PIPES, Instr, Program, moved_bytes, transfer_rate
+from ..schedule.program import (
+    PIPES,
+    UNIT_OF_PIPE,
+    Instr,
+    Program,
+    moved_bytes,
+    transfer_rate,
+)
 from ..version import format_mark
 from .roofline import Roofline, roofline
 
@@ -42,9 +49,6 @@ LEVELS = ("HBM", "L2", *BUFFERS)
 LATENCY_BOUND_BELOW = 0.5
 # The ceilings that make a run compute-bound; the others (memories, engines) memory-bound.
 COMPUTE_CEILINGS = ("cube", "vector")
-UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}
-# The keys of a report's utilization, in order: each pipe's unit, then the shared memories.
-UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
 
 
 @dataclass

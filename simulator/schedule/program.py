@@ -15,6 +15,9 @@ from ..cost import block_packets, run_packets, shaped_rate, strided_read_factor
 from ..errors import InvariantError
 
 PIPES = ("MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3")
+UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}     # a pipe named by its unit in reports
+# The keys of a report's utilization, in order: each pipe's unit, then the shared memories.
+UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
 
 
 @dataclass(frozen=True, slots=True)
