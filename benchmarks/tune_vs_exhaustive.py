@@ -21,8 +21,8 @@ import time
 from simulator import load_hardware
 from simulator.config.workload import parse_workload
 from simulator.gc_pause import gc_paused
-from simulator.graph.fusion import plan_kernels
-from simulator.schedule.search import (
+from simulator.schedule.fusion import plan_kernels
+from simulator.search import (
     TilingError,
     estimate_cycles,
     legal_tilings,

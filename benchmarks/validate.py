@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from simulator import load_hardware, simulate  # noqa: E402
 from simulator.config.workload import parse_workload  # noqa: E402
 from simulator.gc_pause import gc_paused  # noqa: E402
-from simulator.schedule.search import tune, tuned_workload  # noqa: E402
+from simulator.search import tune, tuned_workload  # noqa: E402
 
 
 @dataclass(frozen=True)

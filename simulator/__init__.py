@@ -20,7 +20,7 @@ _LAZY = {
     "Workload": "config.workload", "load_workload": "config.workload",
     "ConfigError": "errors", "SimulatorError": "errors",
     "compare": "pipeline", "lower_workload": "pipeline", "plan": "pipeline",
-    "simulate": "pipeline", "tune": "schedule.search",
+    "simulate": "pipeline", "tune": "search",
 }
 
 

@@ -460,7 +460,7 @@ def _tune(args) -> int:
     from . import load_workload
     from .config.strict import HARDWARE_PREFIX
     from .pipeline import plan
-    from .schedule.search import tune
+    from .search import tune
     from .viz.table import describe_tiling
 
     out = Output("--write", Path(args.write), "yaml") if args.write else None

@@ -36,7 +36,7 @@ import math
 
 from .config.hardware import Cube, Hardware, Vector
 from .config.workload import Op, Tensor
-from .graph.ops import OPS, operands_of
+from .ops import OPS, operands_of
 
 
 def transfer_cycles(nbytes: int, latency_cycles: int, bytes_per_cycle: float) -> int:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from .analysis.report import Report, analyse
+from .analysis.report import analyse
 from .config.workload import Workload
 from .engine.world import simulate_program
 from .errors import check_count
-from .graph.fusion import plan_kernels
+from .report import SimulationReport
+from .schedule.fusion import plan_kernels
 from .schedule.lower import lower
 from .schedule.program import Program
 from .version import __version__
@@ -16,7 +17,7 @@ def lower_workload(workload: Workload) -> Program:
     return lower(workload, plan_kernels(workload))
 
 
-def simulate(workload: Workload, max_cycles: int | None = None) -> Report:
+def simulate(workload: Workload, max_cycles: int | None = None) -> SimulationReport:
     """Simulate a loaded workload on its hardware and analyse the trace.
 
     The run stops with a clear error past `max_cycles` (default: 1000 times the roofline
@@ -34,8 +35,9 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> Report:
         max_cycles = int(1000 * bound + 10_000_000 + workload.hardware.launch_overhead_cycles
                          * len(program.kernels))
     trace = simulate_program(program, workload.hardware, max_cycles)
-    return analyse(trace, program, workload.hardware, workload.name,
-                   _provenance(workload, __version__))
+    record = analyse(trace, program, workload.hardware, workload.name,
+                     _provenance(workload, __version__))
+    return SimulationReport(record.data, record.provenance, record.trace)
 
 
 def _provenance(workload: Workload, version: str) -> dict:

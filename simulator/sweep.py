@@ -168,7 +168,8 @@ def row_of(point: dict[str, Any], report: dict | None, error: str = "") -> dict[
 
 def run_point(args: tuple[str, list[str], dict[str, Any], int | None]) -> dict[str, Any]:
     """One grid point, in a worker process: a row, or a row with the reason it is illegal."""
-    from . import load_workload, simulate
+    from .config.workload import load_workload
+    from .pipeline import simulate
 
     path, base, point, max_cycles = args
     overrides = [*base, *(f"{field}={value}" for field, value in point.items())]

@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 import simulator as sim
 from simulator.config.workload import parse_workload
-from simulator.graph.fusion import plan_kernels
-from simulator.schedule.search import legal_tilings, simulate_kernel, tune_kernel
+from simulator.schedule.fusion import plan_kernels
+from simulator.search import legal_tilings, simulate_kernel, tune_kernel
 
 from .test_cli import ROOT, run_cli
 

@@ -8,8 +8,8 @@ from simulator import load_hardware, load_workload, simulate
 from simulator.config.workload import parse_workload
 from simulator.engine.world import simulate_program
 from simulator.errors import ConfigError
-from simulator.graph.fusion import plan_kernels
 from simulator.pipeline import lower_workload
+from simulator.schedule.fusion import plan_kernels
 
 
 def op(name, kind, inputs, output, **attrs):

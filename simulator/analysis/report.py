@@ -53,7 +53,8 @@ COMPUTE_CEILINGS = ("cube", "vector")
 
 @dataclass
 class Report:
-    """One simulation's results; `to_dict()` is the JSON form (keys fixed by DESIGN.md)."""
+    """One simulation's results; `to_dict()` is the JSON form (keys fixed by DESIGN.md). What
+    a user holds is simulator/report.py's SimulationReport, which adds the renderings."""
     data: dict[str, Any]
     provenance: dict[str, Any] = field(default_factory=dict)
     trace: Trace | None = field(default=None, repr=False, compare=False)  # for timelines
@@ -61,35 +62,11 @@ class Report:
     def __getitem__(self, key: str) -> Any:
         return self.data[key]
 
-    def _repr_pretty_(self, printer, cycle: bool) -> None:   # IPython / Jupyter
-        printer.text(self.summary())
-
-    def _repr_html_(self) -> str:
-        import html
-        return f"<pre>{html.escape(self.summary())}</pre>"
-
-    def plot_timeline(self, path=None, cores=(0, 1), window_cycles=None):
-        """Gantt chart of the chosen cores' pipes, stalls shaded by cause (a matplotlib Figure)."""
-        from ..viz.plots import plot_timeline
-        return plot_timeline(self, path, cores=cores, window_cycles=window_cycles)
-
-    def plot_roofline(self, path=None):
-        from ..viz.plots import plot_roofline
-        return plot_roofline(self, path)
-
-    def write_chrome_trace(self, path) -> None:
-        from ..viz.chrome_trace import write_chrome_trace
-        write_chrome_trace(self, path)
-
     def to_dict(self) -> dict[str, Any]:
         return {"format": format_mark("report"), **self.data, "provenance": self.provenance}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
-
-    def summary(self) -> str:
-        from ..viz.table import render_report
-        return render_report(self)
 
 
 def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,

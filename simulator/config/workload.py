@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
-from ..graph.ops import CUBE_DTYPES, DTYPE_BYTES, OPS
+from ..ops import CUBE_DTYPES, DTYPE_BYTES, OPS, operands_of
 from .hardware import Hardware, load_hardware
 from .strict import (
     HARDWARE_PREFIX,
@@ -200,8 +200,7 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     tiling = _parse_tiling(sched.sub("tiling", default={}), op_kinds, problems)
     sched.finish()
     top.finish()
-    # semantic checks: producers, cycles, shapes and dtypes through the ops registry
-    from ..graph.dataflow import resolve
+    # semantic checks: producers, cycles, shapes and dtypes through the op vocabulary
     if strided == "copy":
         ops = _copy_slices(ops, set(tensors) | {op.output for op in ops})
     tensors, ops = resolve(tensors, broken, ops, problems)
@@ -210,6 +209,70 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     params = {k: v for k, v in params.items() if v is not None}
     return Workload(name, source, hardware, params, dtype, tensors, tuple(ops), fusion, tiling,
                     overrides)
+
+
+def resolve(declared: dict[str, Tensor], broken: set[str], ops: list[Op],
+            problems: Problems) -> tuple[dict[str, Tensor], tuple[Op, ...]]:
+    """Check sources and cycles, infer produced tensors; returns (all tensors, ordered ops).
+
+    Tensors in `broken` were declared but are invalid (already reported): ops that use them,
+    and everything downstream, are skipped so that one mistake is reported once.
+    """
+    import networkx as nx  # only for loading: `import simulator` stays light
+
+    producer: dict[str, Op] = {}
+    for op in ops:
+        if op.output in declared or op.output in broken:
+            problems.add(f"{op.path}.output", f"tensor '{op.output}' is declared under tensors "
+                         f"(an input); an op's output must be a new tensor")
+        elif op.output in producer:
+            first = producer[op.output]
+            problems.add(f"{op.path}.output", f"tensor '{op.output}' is already produced by op "
+                         f"'{first.name}' ({first.path}); a tensor has one producer")
+        else:
+            producer[op.output] = op
+    for op in ops:
+        for name in op.inputs:
+            if name not in declared and name not in broken and name not in producer:
+                problems.add(f"{op.path}.inputs", f"tensor '{name}' is neither declared under "
+                             "tensors nor produced by any op")
+
+    deps = nx.DiGraph()
+    deps.add_nodes_from(op.name for op in ops)
+    for op in ops:
+        for name in op.inputs:
+            if name in producer:
+                deps.add_edge(producer[name].name, op.name)
+    by_name = {op.name: op for op in ops}
+    cyclic: set[str] = set()
+    for component in nx.strongly_connected_components(deps):
+        if len(component) > 1 or any(deps.has_edge(n, n) for n in component):
+            cycle = [edge[0] for edge in nx.find_cycle(deps.subgraph(component))]
+            via = [by_name[name].output for name in cycle]
+            first = by_name[min(component, key=[o.name for o in ops].index)]
+            problems.add(first.path, f"ops {' → '.join(cycle + cycle[:1])} form a cycle "
+                         f"(through tensors {', '.join(via)}); a dataflow graph must be acyclic")
+            cyclic |= component
+
+    position = {op.name: i for i, op in enumerate(ops)}
+    order = [by_name[n] for n in nx.lexicographical_topological_sort(
+        deps.subgraph(set(by_name) - cyclic), key=position.get)]
+    tensors = dict(declared)
+    unusable = set(broken) | {by_name[n].output for n in cyclic}
+    for op in order:
+        if any(name in unusable or name not in tensors for name in op.inputs):
+            unusable.add(op.output)
+            continue
+        spec = OPS[op.op]
+        operands = operands_of(op, tensors)
+        try:
+            shape, out_dtype = spec.output(operands, op.attrs)
+        except ValueError as exc:
+            problems.add(f"{op.path}.inputs", f"{op.op} {', '.join(op.inputs)}: {exc}")
+            unusable.add(op.output)
+            continue
+        tensors[op.output] = Tensor(op.output, shape, out_dtype, "intermediate", op.path)
+    return tensors, tuple(order)
 
 
 def _copy_slices(ops: list[Op], taken: set[str]) -> list[Op]:

@@ -20,7 +20,7 @@ from ..config.hardware import Hardware
 from ..config.workload import Op, Tensor, Workload
 from ..cost import vector_op_cycles
 from ..errors import TilingError
-from ..graph.ops import DTYPE_BYTES, OPS
+from ..ops import DTYPE_BYTES, OPS
 from .program import CoreProgram, Instr, Region, SlotRing, transfer
 from .tiling import gemm_shape, resolve_tiling, round_up
 

@@ -21,10 +21,10 @@ from ..config.hardware import Hardware
 from ..config.workload import Workload
 from ..cost import cube_call_cycles, vector_work
 from ..errors import SimulatorError
-from ..graph.fusion import Kernel, Plan
-from ..graph.ops import DTYPE_BYTES, OPS, operands_of
+from ..ops import DTYPE_BYTES, OPS, operands_of
 from ..units import format_bytes_decimal as fmt_bytes
 from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, in_registers, seeds_of
+from .fusion import Kernel, Plan
 from .program import (
     Instr,
     KernelProgram,

@@ -92,7 +92,7 @@ class Tiling:
 
 def gemm_shape(gemms: list, tensors: dict) -> MatmulShape:
     """The shape of a kernel's GEMMs (two only when they share A and have equal shapes)."""
-    from ..graph.ops import DTYPE_BYTES, matmul_dims, operands_of
+    from ..ops import DTYPE_BYTES, matmul_dims, operands_of
 
     op = gemms[0]
     a, b = (tensors[name] for name in op.inputs)

@@ -15,14 +15,14 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from ..config.workload import TilingSpec, Workload
-from ..cost import compute_cycles, memory_cycles, vector_work
-from ..errors import SimulatorError, check_count
-from ..graph.fusion import Kernel, Plan, plan_kernels
-from ..graph.ops import OPS, operands_of
-from .epilogue import epilogue_refusal, in_registers
-from .lower import MAX_INSTRUCTIONS, instruction_count
-from .tiling import (
+from .config.workload import TilingSpec, Workload
+from .cost import compute_cycles, memory_cycles, vector_work
+from .errors import SimulatorError, check_count
+from .ops import OPS, operands_of
+from .schedule.epilogue import epilogue_refusal, in_registers
+from .schedule.fusion import Kernel, Plan, plan_kernels
+from .schedule.lower import MAX_INSTRUCTIONS, instruction_count
+from .schedule.tiling import (
     Tiling,
     TilingError,
     _splits,
@@ -33,7 +33,7 @@ from .tiling import (
     round_up,
     single_core_extent,
 )
-from .tiling import estimate_cycles as tiling_estimate
+from .schedule.tiling import estimate_cycles as tiling_estimate
 
 ESTIMATE_TIE = 0.01    # estimates this close rank alike: the analytic model is not finer
 BASE_M = (16, 32, 64, 128, 256)
@@ -104,8 +104,8 @@ def estimate_cycles(kernel: Kernel, workload: Workload, t: Tiling) -> float:
 
 def simulate_kernel(args: tuple[Workload, Kernel, Tiling]) -> int:
     """Cycles of one kernel run alone (cold L2) with the given tiling."""
-    from ..engine.world import simulate_program
-    from .lower import lower
+    from .engine.world import simulate_program
+    from .schedule.lower import lower
 
     workload, kernel, tiling = args
     trial = replace(workload, tiling={**workload.tiling, kernel.tiling_op: spec_of(tiling)})

@@ -24,8 +24,9 @@ from dataclasses import dataclass, replace
 
 from ..config.workload import Op, Workload
 from ..errors import ConfigError
-from .dataflow import DataflowGraph
-from .ops import OPS
+from ..graph.dataflow import DataflowGraph
+from ..ops import OPS
+from .epilogue import epilogue_refusal
 
 DUAL_ACTIVATIONS = ("silu", "gelu", "relu")
 VIEW_READ = {"reshape": "under its new shape", "slice": "sliced in place"}
@@ -256,7 +257,6 @@ class _FusionPass:
         return user
 
     def _epilogue_refusal(self, op: Op, ops: list[Op]) -> str | None:
-        from ..schedule.epilogue import epilogue_refusal
 
         gemms = [o for o in ops if OPS[o.op].unit == "cube"]
         if len(gemms) > 1 and OPS[op.op].rowwise:

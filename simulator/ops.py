@@ -15,8 +15,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..errors import quote
-from ..units import DTYPE_BYTES
+from .errors import quote
+from .units import DTYPE_BYTES
 
 FLOAT_DTYPES = ("fp16", "bf16", "fp32")
 CUBE_DTYPES = ("fp16", "bf16", "int8")
