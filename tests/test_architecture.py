@@ -21,7 +21,7 @@ LAYERS = (
     ("analysis", ("analysis",)),                        # Trace → report record, roofline
     ("viz", ("viz",)),                                  # renderings of a report
     ("orchestration", ("report", "pipeline", "search", "sweep", "outputs")),
-    ("interface", ("", "cli", "__main__")),             # the package's API and the CLI
+    ("interface", ("", "cli", "cli_args", "__main__")),  # the package's API and the CLI
 )
 
 

@@ -3,9 +3,9 @@
 import pytest
 
 from simulator import load_hardware, load_workload
+from simulator.config.expressions import evaluate
 from simulator.config.hardware import parse_hardware
 from simulator.config.strict import read_yaml
-from simulator.config.workload import evaluate
 from simulator.errors import ConfigError
 
 from .helpers import matmul_workload

@@ -120,7 +120,7 @@ def test_double_buffering_overlaps_what_single_buffering_serialises(tiny):
 
 
 def test_a_deadlock_is_diagnosed_with_the_waiting_pipe_and_the_flag(tiny):
-    from simulator.engine.world import InvariantError
+    from simulator.errors import InvariantError
     from simulator.schedule.program import Instr
 
     core = new_core_program()
@@ -148,7 +148,7 @@ def test_a_run_past_its_cycle_budget_stops_with_a_clear_error(tiny):
 
 def test_a_block_staged_in_l0a_but_never_consumed_breaks_conservation(tiny):
     from simulator.analysis.report import analyse
-    from simulator.engine.world import InvariantError
+    from simulator.errors import InvariantError
 
     core = new_core_program()
     core.emit(transfer("MTE1", "move A nobody reads", "L1", "L0A", 1024))
@@ -182,7 +182,7 @@ def test_a_private_pipe_runs_ahead_of_the_global_clock_but_its_transfers_wait_fo
 
 
 def test_slots_taken_beyond_a_buffers_capacity_are_caught(tiny):
-    from simulator.engine.world import InvariantError
+    from simulator.errors import InvariantError
 
     core = new_core_program()
     for _ in range(2):      # two 8 KiB slots of the 8 KiB L0A, the first never freed

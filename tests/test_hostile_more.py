@@ -15,7 +15,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from simulator.cli import MAX_ERROR_CHARS, main
+from simulator.cli import main
+from simulator.cli_args import MAX_ERROR_CHARS
 from simulator.sweep import FIGURES
 
 from .test_hostile import BASE, HW, edit, op_line

@@ -23,7 +23,7 @@ from ..cost import (
     memory_cycles,
     vector_peak_cycles,
 )
-from ..engine.world import PipeLog, Trace
+from ..engine.trace import PipeLog, Trace
 from ..errors import InvariantError
 from ..schedule.lower import footprint_bytes
 from ..schedule.program import (

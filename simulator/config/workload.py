@@ -1,13 +1,10 @@
 """Workload files (workloads/*.yaml) → a frozen `Workload` bound to its `Hardware`.
 
-Shapes are expressions over named integer params, parsed with Python's `ast`
-and evaluated by walking only + - * / ( ) integers and param names; nothing
-is ever passed to `eval`. A division that is not exact is an error.
+Shapes are expressions over named integer params (config/expressions.py).
 """
 
 from __future__ import annotations
 
-import ast
 import os
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -15,11 +12,11 @@ from typing import Any
 
 from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
 from ..ops import CUBE_DTYPES, DTYPE_BYTES, OPS, operands_of
+from .expressions import MAX_DIMENSION, shape_of
 from .hardware import Hardware, load_hardware
 from .strict import (
     HARDWARE_PREFIX,
     Fields,
-    SkipField,
     apply_overrides,
     as_int,
     as_name,
@@ -34,9 +31,6 @@ from .strict import (
 )
 
 DTYPES = tuple(DTYPE_BYTES)
-MAX_DIMENSION = 2**32          # a param or a tensor dimension; no chip holds a larger one
-MAX_RANK = 8                   # dimensions of one tensor
-MAX_EXPRESSION_CHARS = 200     # a shape expression such as '(hidden + 1) / 2'
 TENSOR_KINDS = ("activation", "weight", "cache")
 STRIDED_WAYS = ("direct", "copy")   # how kernels take a slice: read it in place, or copied
 LAYOUTS = ("nd", "nz")             # row-major, or Ascend's fractal (FRACTAL_NZ) layout
@@ -181,7 +175,7 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     for tname in tensors_f.raw:
         tensors_f.used.add(tname)
         tf = Fields(tensors_f.raw[tname], join("tensors", tname), problems)
-        shape = tf.get("shape", lambda v: _shape(v, params))
+        shape = tf.get("shape", lambda v: shape_of(v, params))
         tdtype = tf.get("dtype", one_of(*DTYPES), default=dtype)
         kind = tf.get("kind", one_of(*TENSOR_KINDS), default="activation")
         layout = tf.get("layout", one_of(*LAYOUTS), default="nd")
@@ -338,7 +332,7 @@ def _parse_ops(raw_ops: list | None, params: dict[str, int], problems: Problems,
             continue
         try:
             if kind == "reshape" and "shape" in raw_attrs:
-                raw_attrs = {**raw_attrs, "shape": _shape(raw_attrs["shape"], params)}
+                raw_attrs = {**raw_attrs, "shape": shape_of(raw_attrs["shape"], params)}
             attrs = spec.parse_attrs(raw_attrs)
         except ValueError as exc:
             problems.add(f"{path}.attrs", str(exc))
@@ -443,74 +437,3 @@ def _parse_tiling(f: Fields, op_kinds: dict[str, str],
         result[str(key)] = spec
     f.finish()
     return result
-
-
-def _shape(value: Any, params: dict[str, int]) -> tuple[int, ...]:
-    if not isinstance(value, list) or not value:
-        raise ValueError(f"expected a list of dimensions, got {describe(value)}")
-    if len(value) > MAX_RANK:
-        raise ValueError(f"has {len(value)} dimensions; a tensor has at most {MAX_RANK}")
-    dims = []
-    for i, dim in enumerate(value):
-        size = evaluate(dim, params)
-        if size < 1:
-            raise ValueError(f"[{i}] = {quote(dim)} evaluates to {size}; dimensions must be "
-                             "positive")
-        if size > MAX_DIMENSION:
-            raise ValueError(f"[{i}] = {quote(dim)} evaluates to {size:,}, larger than the "
-                             f"{MAX_DIMENSION:,} (2^32) a dimension may be")
-        dims.append(size)
-    return tuple(dims)
-
-
-_BINARY_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
-               ast.Mult: lambda a, b: a * b}
-
-
-def evaluate(expr: Any, params: dict[str, int]) -> int:
-    """Evaluate an integer shape expression such as 'tokens * 4' or '(hidden + 1) / 2'."""
-    if isinstance(expr, bool):
-        raise ValueError(f"{expr!r} is not a dimension")
-    if isinstance(expr, int):
-        return expr
-    if not isinstance(expr, str):
-        raise ValueError(f"{quote(expr)} is not a dimension or expression")
-    if len(expr) > MAX_EXPRESSION_CHARS:
-        raise ValueError(f"{quote(expr)} is longer than the {MAX_EXPRESSION_CHARS} characters "
-                         "a shape expression may be")
-    if not expr.isascii():      # Python would fold look-alike letters: 'ｍ' would read as 'm'
-        raise ValueError(f"{quote(expr)}: a shape expression is ASCII (param names, integers, "
-                         "+ - * / and parentheses)")
-    try:
-        tree = ast.parse(expr.strip(), mode="eval")
-    except (SyntaxError, ValueError, MemoryError, RecursionError):
-        raise ValueError(f"{quote(expr)} is not a valid expression (use integers, param names, "
-                         "+ - * / and parentheses)") from None
-
-    def walk(node: ast.AST) -> int:
-        if isinstance(node, ast.Expression):
-            return walk(node.body)
-        if isinstance(node, ast.Constant) and type(node.value) is int:
-            return node.value
-        if isinstance(node, ast.Name):
-            if node.id not in params:
-                known = ", ".join(sorted(params)) or "none"
-                raise ValueError(f"{quote(expr)}: unknown param {quote(node.id)} (params: {known})")
-            if params[node.id] is None:
-                raise SkipField(node.id)    # the param itself is wrong, and already reported
-            return params[node.id]
-        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -walk(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY_OPS:
-            return _BINARY_OPS[type(node.op)](walk(node.left), walk(node.right))
-        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv)):
-            left, right = walk(node.left), walk(node.right)
-            if right == 0:
-                raise ValueError(f"{quote(expr)}: division by zero")
-            if left % right:
-                raise ValueError(f"{quote(expr)}: {left} / {right} is not a whole number")
-            return left // right
-        raise ValueError(f"{quote(expr)}: only integers, param names, + - * / and "
-                         "parentheses are allowed")
-
-    return walk(tree)

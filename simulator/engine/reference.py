@@ -10,8 +10,9 @@ from collections import deque
 from functools import partial
 
 from ..cost import kernel_start_cycle, transfer_cycles
+from .trace import KernelSpan, PipeLog
 from .transfer import GlobalTransfer, landing_delay
-from .world import KernelSpan, PipeLog, World
+from .world import World
 
 
 class ProcessPerPipeWorld(World):

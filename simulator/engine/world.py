@@ -3,10 +3,8 @@
 Lifecycle: build (channels, L2) → for each kernel: its launch (overlapping the kernel
 before it, cost.kernel_start_cycle), then every core's pipes run their in-order queues →
 collect. Time is integer cycles.
-Every executed instruction leaves one `Record` in the trace; every statistic of
-the report is derived from those records. A pipe logs only the ints a record
-adds to its instruction (times, waits, bytes) and records are built from the
-log when asked for: building millions of tuples cost more than the timing.
+Every executed instruction leaves one `Record` in the trace (engine/trace.py); every
+statistic of the report is derived from those records.
 
 Only HBM and L2 are shared between cores, so only transfers to or from global
 memory need the global clock. Everything else a pipe does (Cube and vector
@@ -25,11 +23,10 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass
-from functools import cached_property, partial
+from functools import partial
 from itertools import chain
 from operator import attrgetter
-from typing import Callable, Iterable, Iterator, NamedTuple
+from typing import Callable, Iterable
 
 import numpy as np
 import simpy
@@ -40,89 +37,8 @@ from ..errors import CycleBudgetError, InvariantError
 from ..schedule.program import CoreProgram, Instr, Program, transfer_rate
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
+from .trace import LOGGED, KernelSpan, PipeLog, Trace
 from .transfer import AfterTheCycle, GlobalTransfer, landing_delay
-
-
-class Record(NamedTuple):
-    """One executed instruction: its instruction's fields and what its run LOGGED."""
-
-    kernel: int
-    core: int
-    pipe: str
-    label: str
-    start_cycle: int           # when it began executing (after its waits)
-    end_cycle: int
-    wait_data_cycles: int      # waiting for a producer's data before starting
-    wait_slot_cycles: int      # waiting for a free buffer slot before starting
-    wait_bandwidth_cycles: int  # extra transfer time from sharing HBM/L2 with other transfers
-    src: str | None
-    dst: str | None
-    nbytes: int
-    reads: tuple[tuple[str, int], ...]   # (level, bytes) read; for HBM, see the two fields below
-    writes: tuple[tuple[str, int], ...]
-    l2_hit_bytes: int          # of a global-memory read: bytes served by L2
-    hbm_bytes: int             # bytes moved on HBM (a read's fetch, or a write)
-    tensor: str | None         # the tensor read from or written to global memory
-    acquire: tuple[str, int] | None          # buffer slot taken at start (buffer, bytes)
-    release: tuple[tuple[str, int], ...]     # slots freed at the end
-
-
-# the ints a pipe logs per executed instruction, in this order (the rest of its Record is
-# its instruction's)
-LOGGED = ("start_cycle", "end_cycle", "wait_data_cycles", "wait_slot_cycles",
-          "wait_bandwidth_cycles", "l2_hit_bytes", "hbm_bytes")
-
-
-@dataclass(frozen=True)
-class PipeLog:
-    """What one pipe of one core executed: its instructions in order and, flat, the LOGGED
-    ints of each."""
-    kernel: int
-    core: int
-    pipe: str
-    instrs: list[Instr]
-    logged: list[int]
-
-    def column(self, field: str) -> list[int]:
-        """One LOGGED field of every executed instruction."""
-        return self.logged[LOGGED.index(field)::len(LOGGED)]
-
-    def records(self) -> Iterator[Record]:
-        """The Record of each executed instruction, in the order the pipe ran them."""
-        rows = zip(*[iter(self.logged)] * len(LOGGED))
-        for instr, (start, end, wait_data, wait_slot, wait_bandwidth, hit, hbm) in zip(
-                self.instrs, rows):
-            region = instr.region
-            yield Record(self.kernel, self.core, self.pipe, instr.label, start, end, wait_data,
-                         wait_slot, wait_bandwidth, instr.src, instr.dst, instr.nbytes,
-                         instr.reads, instr.writes, hit, hbm,
-                         None if region is None else region.tensor, instr.acquire,
-                         instr.release)
-
-
-@dataclass(frozen=True)
-class KernelSpan:
-    index: int
-    start_cycle: int           # the kernel before it ended (0 for the first): its launch wait
-    end_cycle: int             # last instruction of the last core done
-    run_cycle: int = 0         # its cores began
-
-
-@dataclass(frozen=True)
-class Trace:
-    pipes: list[PipeLog]        # by kernel, core, pipe
-    kernels: list[KernelSpan]
-    cycles: int
-    l2_hits: int
-    l2_misses: int
-    peak_occupancy_bytes: dict[str, int]   # per buffer, highest seen on any core
-    instructions: int
-
-    @cached_property
-    def records(self) -> list[Record]:
-        """One Record per executed instruction, pipe by pipe (built on first use)."""
-        return [record for log in self.pipes for record in log.records()]
-
 
 _TIME_BITS = 41     # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _peak_occupancy)
 # The longest run the simulator follows (its occupancy check needs 2 x cycle + 1 < 2**41):
