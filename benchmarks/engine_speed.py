@@ -64,9 +64,13 @@ def run(path: Path, overrides=(), world_class=World) -> dict:
         simulated = time.perf_counter()
         analyse(trace, program, workload.hardware, workload.name, {})
     done = time.perf_counter()
-    return {"instructions": trace.instructions, "events": env.events_processed,
-            "lower_s": lowered - start, "engine_s": simulated - lowered,
-            "wall_s": done - start}
+    return {
+        "instructions": trace.instructions,
+        "events": env.events_processed,
+        "lower_s": lowered - start,
+        "engine_s": simulated - lowered,
+        "wall_s": done - start,
+    }
 
 
 def bare_simpy_rate(events: int) -> float:
@@ -97,8 +101,12 @@ def layers_workload(layers: int) -> Path:
             rename[op["output"]] = f"L{layer}_{op['output']}"
         rename["x"] = "x" if layer == 0 else f"L{layer - 1}_out"
         for op in base["ops"]:
-            new = dict(op, name=f"L{layer}_{op['name']}", output=rename[op["output"]],
-                       inputs=[rename.get(i, i) for i in op["inputs"]])
+            new = dict(
+                op,
+                name=f"L{layer}_{op['name']}",
+                output=rename[op["output"]],
+                inputs=[rename.get(i, i) for i in op["inputs"]],
+            )
             ops.append(new)
     base.update(name=f"llama7b-decode-{layers}-layers", ops=ops, tensors=tensors)
     path = Path("/tmp") / f"npu-memsim-decode-{layers}-layers.yaml"
@@ -135,9 +143,11 @@ def startup() -> None:
     help_s = process_wall_s(["-m", "simulator", "--help"])
     main_s = process_wall_s(["-m", "simulator", "run", "workloads/ffn_decode.yaml"])
     bare_s = process_wall_s(["-c", BARE_LOOP])
-    print(f"whole process: --help {help_s:.2f} s (target < 0.5 s); main job (run "
-          f"ffn_decode.yaml) {main_s:.2f} s; bare SimPy loop of 200,000 timeouts {bare_s:.2f} s"
-          f" (main job / loop: {main_s / bare_s:.2f}, aim <= 1)\n")
+    print(
+        f"whole process: --help {help_s:.2f} s (target < 0.5 s); main job (run "
+        f"ffn_decode.yaml) {main_s:.2f} s; bare SimPy loop of 200,000 timeouts {bare_s:.2f} s"
+        f" (main job / loop: {main_s / bare_s:.2f}, aim <= 1)\n"
+    )
 
 
 def main() -> None:
@@ -146,34 +156,42 @@ def main() -> None:
     args = parser.parse_args()
 
     startup()
-    run(ROOT / "workloads" / "ffn_decode.yaml")      # warm up (imports, the L2's cut cache)
+    run(ROOT / "workloads" / "ffn_decode.yaml")  # warm up (imports, the L2's cut cache)
     decode = run(ROOT / "workloads" / "ffn_decode.yaml")
     event_rate = decode["events"] / decode["engine_s"]
     instruction_rate = decode["instructions"] / decode["engine_s"]
     bare_rate = bare_simpy_rate(decode["events"])
     reference = run(ROOT / "workloads" / "ffn_decode.yaml", world_class=ProcessPerPipeWorld)
     reference_rate = reference["events"] / reference["engine_s"]
-    print(f"bare SimPy: {bare_rate:,.0f} events/s (target: engine >= 0.30 of it)\n"
-          f"engine on ffn_decode: {event_rate:,.0f} events/s (ratio {event_rate / bare_rate:.2f}),"
-          f" {instruction_rate:,.0f} instructions/s (ratio {instruction_rate / bare_rate:.2f})"
-          f", {decode['events']:,} events in {decode['engine_s']:.3f} s\n"
-          f"a SimPy process per pipe, same run: {reference_rate:,.0f} events/s (ratio "
-          f"{reference_rate / bare_rate:.2f}), {reference['events']:,} events in "
-          f"{reference['engine_s']:.3f} s ({reference['engine_s'] / decode['engine_s']:.1f}x the "
-          "engine's time)")
+    print(
+        f"bare SimPy: {bare_rate:,.0f} events/s (target: engine >= 0.30 of it)\n"
+        f"engine on ffn_decode: {event_rate:,.0f} events/s (ratio {event_rate / bare_rate:.2f}),"
+        f" {instruction_rate:,.0f} instructions/s (ratio {instruction_rate / bare_rate:.2f})"
+        f", {decode['events']:,} events in {decode['engine_s']:.3f} s\n"
+        f"a SimPy process per pipe, same run: {reference_rate:,.0f} events/s (ratio "
+        f"{reference_rate / bare_rate:.2f}), {reference['events']:,} events in "
+        f"{reference['engine_s']:.3f} s ({reference['engine_s'] / decode['engine_s']:.1f}x the "
+        "engine's time)"
+    )
 
-    print(f"\n{'workload':<34}{'instructions':>13}{'events':>11}{'lower s':>9}{'engine s':>10}"
-          f"{'wall s':>8}  target")
-    cases = [("ffn_decode", ROOT / "workloads/ffn_decode.yaml", (), 0.5),
-             ("llama7b_decode_layer", ROOT / "workloads/llama7b_decode_layer.yaml", (), 1.0),
-             ("ffn_prefill (2048 tokens)", ROOT / "workloads/ffn_prefill.yaml", (), 10.0)]
+    print(
+        f"\n{'workload':<34}{'instructions':>13}{'events':>11}{'lower s':>9}{'engine s':>10}"
+        f"{'wall s':>8}  target"
+    )
+    cases = [
+        ("ffn_decode", ROOT / "workloads/ffn_decode.yaml", (), 0.5),
+        ("llama7b_decode_layer", ROOT / "workloads/llama7b_decode_layer.yaml", (), 1.0),
+        ("ffn_prefill (2048 tokens)", ROOT / "workloads/ffn_prefill.yaml", (), 10.0),
+    ]
     if not args.quick:
         cases.append(("decode step, 32 layers", layers_workload(32), (), 10.0))
     for name, path, overrides, target in cases:
         r = run(path, overrides)
-        print(f"{name:<34}{r['instructions']:>13,}{r['events']:>11,}{r['lower_s']:>9.2f}"
-              f"{r['engine_s']:>10.2f}{r['wall_s']:>8.2f}  < {target} s "
-              f"{'ok' if r['wall_s'] < target else 'MISSED'}")
+        print(
+            f"{name:<34}{r['instructions']:>13,}{r['events']:>11,}{r['lower_s']:>9.2f}"
+            f"{r['engine_s']:>10.2f}{r['wall_s']:>8.2f}  < {target} s "
+            f"{'ok' if r['wall_s'] < target else 'MISSED'}"
+        )
 
     print("\nscaling (ffn_decode over tokens):")
     sizes = []

@@ -33,9 +33,12 @@ from simulator.search import (
 
 def gemm(hw_name: str, m: int, n: int, k: int):
     hw = load_hardware(hw_name)
-    raw = {"name": f"gemm-{m}x{n}x{k}", "hardware": hw_name,
-           "tensors": {"a": {"shape": [m, k]}, "b": {"shape": [k, n], "kind": "weight"}},
-           "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}]}
+    raw = {
+        "name": f"gemm-{m}x{n}x{k}",
+        "hardware": hw_name,
+        "tensors": {"a": {"shape": [m, k]}, "b": {"shape": [k, n], "kind": "weight"}},
+        "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}],
+    }
     return parse_workload(raw, "<benchmark>", hw)
 
 
@@ -57,16 +60,27 @@ def _simulated(w, kernel, legal: list, sample: int):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hardware", default="tiny")
-    parser.add_argument("--shapes", nargs="+", default=["64x64x128", "48x96x64", "16x128x256",
-                                                         "128x128x256"])
+    parser.add_argument(
+        "--shapes", nargs="+", default=["64x64x128", "48x96x64", "16x128x256", "128x128x256"]
+    )
     parser.add_argument("--top", type=int, default=4)
-    parser.add_argument("--sample", type=int, default=5000,
-                        help="simulate at most this many legal tilings (a seeded random sample)")
-    parser.add_argument("--pool", type=int, default=0,
-                        help="sample from the analytic ranking's best P tilings (0: all)")
+    parser.add_argument(
+        "--sample",
+        type=int,
+        default=5000,
+        help="simulate at most this many legal tilings (a seeded random sample)",
+    )
+    parser.add_argument(
+        "--pool",
+        type=int,
+        default=0,
+        help="sample from the analytic ranking's best P tilings (0: all)",
+    )
     args = parser.parse_args()
-    print(f"{'shape':>14} {'legal':>6} {'exhaustive':>11} {'tuned':>8} {'ratio':>6} "
-          f"{'exh. s':>8} {'tune s':>7} {'speedup':>8}")
+    print(
+        f"{'shape':>14} {'legal':>6} {'exhaustive':>11} {'tuned':>8} {'ratio':>6} "
+        f"{'exh. s':>8} {'tune s':>7} {'speedup':>8}"
+    )
     for text in args.shapes:
         m, n, k = map(int, text.split("x"))
         w = gemm(args.hardware, m, n, k)
@@ -75,17 +89,19 @@ def main() -> None:
         legal = legal_tilings(kernel, w)
         candidates = legal
         if args.pool:
-            candidates = sorted(legal, key=lambda t: estimate_cycles(kernel, w, t))[:args.pool]
+            candidates = sorted(legal, key=lambda t: estimate_cycles(kernel, w, t))[: args.pool]
         best = min(_simulated(w, kernel, candidates, args.sample))
         exhaustive_s = time.perf_counter() - start
         start = time.perf_counter()
         tuned = tune_kernel(kernel, w, top=args.top)
         tune_s = time.perf_counter() - start
-        print(f"{text:>14} {len(legal):>6} {best:>11,} {tuned.best_cycles:>8,} "
-              f"{tuned.best_cycles / best:>6.3f} {exhaustive_s:>8.2f} {tune_s:>7.2f} "
-              f"{exhaustive_s / tune_s:>7.0f}x")
+        print(
+            f"{text:>14} {len(legal):>6} {best:>11,} {tuned.best_cycles:>8,} "
+            f"{tuned.best_cycles / best:>6.3f} {exhaustive_s:>8.2f} {tune_s:>7.2f} "
+            f"{exhaustive_s / tune_s:>7.0f}x"
+        )
 
 
 if __name__ == "__main__":
-    with gc_paused():       # the collector would rescan every record of every run
+    with gc_paused():  # the collector would rescan every record of every run
         main()

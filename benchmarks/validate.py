@@ -34,7 +34,7 @@ from simulator.search import tune, tuned_workload  # noqa: E402
 
 @dataclass(frozen=True)
 class Case:
-    id: str                 # the row of benchmarks/validation_sources.md
+    id: str  # the row of benchmarks/validation_sources.md
     hardware: str
     dtype: str
     m: int
@@ -42,9 +42,9 @@ class Case:
     k: int
     measured_tflops: float
     source: str
-    tiling: dict | None = None      # the tile shape the source measured, where it says
-    transpose_b: bool = False       # B stored column-major (N x K)
-    b_layout: str = "nd"            # "nz": B stored in Ascend's fractal layout (CATLASS zN)
+    tiling: dict | None = None  # the tile shape the source measured, where it says
+    transpose_b: bool = False  # B stored column-major (N x K)
+    b_layout: str = "nd"  # "nz": B stored in Ascend's fractal layout (CATLASS zN)
 
 
 def from_time(m: int, n: int, k: int, microseconds: float) -> float:
@@ -57,18 +57,39 @@ def catlass_tile(l1: tuple[int, int, int], l0_k: int, acc_buffers: int = 2) -> d
     dealt to the cores in turn, as CATLASS's block scheduler does (a tile whose accumulator
     fills L0C has one accumulator)."""
     m, n, k = l1
-    return {"base": {"m": m, "n": n, "k": l0_k}, "step": {"k": k // l0_k},
-            "acc_buffers": acc_buffers, "split": "blocks"}
+    return {
+        "base": {"m": m, "n": n, "k": l0_k},
+        "step": {"k": k // l0_k},
+        "acc_buffers": acc_buffers,
+        "split": "blocks",
+    }
 
 
 CASES = (
-    Case("G1", "a100", "bf16", 1024, 10240, 5120, 271.2,
-         "ml-engineering MAMF table, cuBLAS via torch 2.6"),
-    Case("G2", "h100", "bf16", 2048, 2048, 13312, 794.5,
-         "ml-engineering MAMF table, cuBLAS via torch 2.7"),
+    Case(
+        "G1",
+        "a100",
+        "bf16",
+        1024,
+        10240,
+        5120,
+        271.2,
+        "ml-engineering MAMF table, cuBLAS via torch 2.6",
+    ),
+    Case(
+        "G2",
+        "h100",
+        "bf16",
+        2048,
+        2048,
+        13312,
+        794.5,
+        "ml-engineering MAMF table, cuBLAS via torch 2.7",
+    ),
     Case("G6", "h100", "bf16", 8192, 8192, 8192, 797.8, "fast.cu README, cuBLAS kernel"),
-    Case("G7", "h100", "fp16", 4096, 4096, 4096, 760.04,
-         "torch-performance-test-data #79, torch.mm"),
+    Case(
+        "G7", "h100", "fp16", 4096, 4096, 4096, 760.04, "torch-performance-test-data #79, torch.mm"
+    ),
     Case("G11a", "h100", "fp16", 2048, 2048, 2048, 515.2, "triton #2339, cuBLAS"),
     Case("G11b", "h100", "fp16", 2048, 8192, 8192, 721.6, "triton #2339, cuBLAS"),
     Case("V1", "h100", "bf16", 1, 43008, 5376, 3.072, "vllm PR #49363, F.linear GEMV"),
@@ -78,29 +99,74 @@ CASES = (
     Case("V3c", "h100", "bf16", 64, 43008, 5376, 187.99, "vllm PR #49363, F.linear"),
     Case("G11c", "h100", "fp16", 2048, 4096, 4096, 613.7, "triton #2339, cuBLAS"),
     Case("G12", "h100", "fp16", 3072, 3072, 3072, 584.7, "triton #3672, cuBLAS"),
-    Case("A2a", "ascend910b", "fp16", 1024, 576, 6144, from_time(1024, 576, 6144, 72.5),
-         "catlass matmul_fast_tuning, 72.5 us, L1 tile 128x256x256", catlass_tile(
-             (128, 256, 256), 64, acc_buffers=1), transpose_b=True),
-    Case("A2b", "ascend910b", "fp16", 1024, 576, 6144, from_time(1024, 576, 6144, 48.6),
-         "catlass matmul_fast_tuning, 48.6 us, L1 tile 256x128x256", catlass_tile(
-             (256, 128, 256), 64, acc_buffers=1), transpose_b=True),
-    Case("A3", "ascend910b", "fp16", 20, 6144, 16384, from_time(20, 6144, 16384, 139.6),
-         "catlass matmul_fast_tuning, 139.6 us, L1 tile 32x320x128, B zN", catlass_tile(
-             (32, 320, 128), 32), b_layout="nz"),
-    Case("A3nd", "ascend910b", "fp16", 20, 6144, 16384, from_time(20, 6144, 16384, 252.4),
-         "catlass matmul_fast_tuning, 252.4 us, L1 tile 32x320x128, B row-major", catlass_tile(
-             (32, 320, 128), 32)),
+    Case(
+        "A2a",
+        "ascend910b",
+        "fp16",
+        1024,
+        576,
+        6144,
+        from_time(1024, 576, 6144, 72.5),
+        "catlass matmul_fast_tuning, 72.5 us, L1 tile 128x256x256",
+        catlass_tile((128, 256, 256), 64, acc_buffers=1),
+        transpose_b=True,
+    ),
+    Case(
+        "A2b",
+        "ascend910b",
+        "fp16",
+        1024,
+        576,
+        6144,
+        from_time(1024, 576, 6144, 48.6),
+        "catlass matmul_fast_tuning, 48.6 us, L1 tile 256x128x256",
+        catlass_tile((256, 128, 256), 64, acc_buffers=1),
+        transpose_b=True,
+    ),
+    Case(
+        "A3",
+        "ascend910b",
+        "fp16",
+        20,
+        6144,
+        16384,
+        from_time(20, 6144, 16384, 139.6),
+        "catlass matmul_fast_tuning, 139.6 us, L1 tile 32x320x128, B zN",
+        catlass_tile((32, 320, 128), 32),
+        b_layout="nz",
+    ),
+    Case(
+        "A3nd",
+        "ascend910b",
+        "fp16",
+        20,
+        6144,
+        16384,
+        from_time(20, 6144, 16384, 252.4),
+        "catlass matmul_fast_tuning, 252.4 us, L1 tile 32x320x128, B row-major",
+        catlass_tile((32, 320, 128), 32),
+    ),
     # swizzle <3,1>, not the guide's faster <4,1>: dealing blocks to cores in turn, as here,
     # gives the busiest core the same blocks (128 + 128 + 32 rows) as <3,1> does
-    Case("A4", "ascend910b", "fp16", 160, 6144, 2048, from_time(160, 6144, 2048, 40.6),
-         "catlass matmul_fast_tuning, 40.6 us (swizzle 3,1), L1 tile 128x256x256, B zN",
-         catlass_tile((128, 256, 256), 64, acc_buffers=1), b_layout="nz"),
+    Case(
+        "A4",
+        "ascend910b",
+        "fp16",
+        160,
+        6144,
+        2048,
+        from_time(160, 6144, 2048, 40.6),
+        "catlass matmul_fast_tuning, 40.6 us (swizzle 3,1), L1 tile 128x256x256, B zN",
+        catlass_tile((128, 256, 256), 64, acc_buffers=1),
+        b_layout="nz",
+    ),
 )
 
 
 @dataclass(frozen=True)
 class KernelsCase:
     """Kernels other than one GEMM, and the time the source measured for them all."""
+
     id: str
     hardware: str
     dtype: str
@@ -115,12 +181,22 @@ def norm_then_quantize(tokens: int, microseconds: float) -> KernelsCase:
     """RMSNorm, then a static 8-bit quantisation, as two kernels (an fp8 output modelled as
     int8: the same bytes)."""
     return KernelsCase(
-        f"E5.{tokens}", "h100", "bf16", f"{tokens} x 4096", microseconds,
+        f"E5.{tokens}",
+        "h100",
+        "bf16",
+        f"{tokens} x 4096",
+        microseconds,
         "sglang #32994, RMSNorm then FP8 quant, unfused",
-        {"x": {"shape": [tokens, 4096]}, "g": {"shape": [4096], "kind": "weight"},
-         "s": {"shape": [1], "kind": "weight"}},
-        [{"name": "norm", "op": "rmsnorm", "inputs": ["x", "g"], "output": "y"},
-         {"name": "q", "op": "quantize", "inputs": ["y", "s"], "output": "z"}])
+        {
+            "x": {"shape": [tokens, 4096]},
+            "g": {"shape": [4096], "kind": "weight"},
+            "s": {"shape": [1], "kind": "weight"},
+        },
+        [
+            {"name": "norm", "op": "rmsnorm", "inputs": ["x", "g"], "output": "y"},
+            {"name": "q", "op": "quantize", "inputs": ["y", "s"], "output": "z"},
+        ],
+    )
 
 
 KERNEL_CASES = (
@@ -131,19 +207,36 @@ KERNEL_CASES = (
 
 
 def kernels(case: KernelsCase):
-    raw = {"name": case.id, "hardware": case.hardware, "dtype": case.dtype,
-           "tensors": case.tensors, "ops": case.ops}
+    raw = {
+        "name": case.id,
+        "hardware": case.hardware,
+        "dtype": case.dtype,
+        "tensors": case.tensors,
+        "ops": case.ops,
+    }
     return parse_workload(raw, "<validate>", load_hardware(case.hardware))
 
 
 def gemm(case: Case):
     b_shape = [case.n, case.k] if case.transpose_b else [case.k, case.n]
-    raw = {"name": f"{case.id}-{case.m}x{case.n}x{case.k}", "hardware": case.hardware,
-           "dtype": case.dtype,
-           "tensors": {"a": {"shape": [case.m, case.k]},
-                       "b": {"shape": b_shape, "kind": "weight", "layout": case.b_layout}},
-           "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c",
-                    **({"attrs": {"transpose_b": True}} if case.transpose_b else {})}]}
+    raw = {
+        "name": f"{case.id}-{case.m}x{case.n}x{case.k}",
+        "hardware": case.hardware,
+        "dtype": case.dtype,
+        "tensors": {
+            "a": {"shape": [case.m, case.k]},
+            "b": {"shape": b_shape, "kind": "weight", "layout": case.b_layout},
+        },
+        "ops": [
+            {
+                "name": "mm",
+                "op": "matmul",
+                "inputs": ["a", "b"],
+                "output": "c",
+                **({"attrs": {"transpose_b": True}} if case.transpose_b else {}),
+            }
+        ],
+    }
     if case.tiling:
         raw["schedule"] = {"tiling": {"mm": case.tiling}}
     return parse_workload(raw, "<validate>", load_hardware(case.hardware))
@@ -155,35 +248,46 @@ def main() -> None:
     parser.add_argument("--tune", action="store_true", help="tune each GEMM's tiling first")
     args = parser.parse_args()
     cases = [c for c in CASES + KERNEL_CASES if not args.only or c.id in args.only]
-    print(f"{'case':<8} {'chip':<10} {'dtype':<5} {'shape M x N x K':>20} {'measured':>10} "
-          f"{'simulated':>10} {'error':>8}  binding  source")
+    print(
+        f"{'case':<8} {'chip':<10} {'dtype':<5} {'shape M x N x K':>20} {'measured':>10} "
+        f"{'simulated':>10} {'error':>8}  binding  source"
+    )
     errors = []
     started = time.perf_counter()
     for case in cases:
-        if isinstance(case, KernelsCase):   # a time: positive error = the simulator is faster
+        if isinstance(case, KernelsCase):  # a time: positive error = the simulator is faster
             report = simulate(kernels(case)).to_dict()
             error = case.measured_us / report["time_us"] - 1
-            shape, measured, simulated = (case.shape, f"{case.measured_us:>7.1f} us",
-                                          f"{report['time_us']:>7.1f} us")
+            shape, measured, simulated = (
+                case.shape,
+                f"{case.measured_us:>7.1f} us",
+                f"{report['time_us']:>7.1f} us",
+            )
         else:
             workload = gemm(case)
             if args.tune and not case.tiling:
                 workload = tuned_workload(workload, tune(workload, top=2))
             report = simulate(workload).to_dict()
             error = report["achieved_tflops"] / case.measured_tflops - 1
-            shape, measured, simulated = (f"{case.m} x {case.n} x {case.k}",
-                                          f"{case.measured_tflops:>7.1f} TF",
-                                          f"{report['achieved_tflops']:>7.1f} TF")
+            shape, measured, simulated = (
+                f"{case.m} x {case.n} x {case.k}",
+                f"{case.measured_tflops:>7.1f} TF",
+                f"{report['achieved_tflops']:>7.1f} TF",
+            )
         errors.append(abs(error))
-        print(f"{case.id:<8} {case.hardware:<10} {case.dtype:<5} {shape:>20} {measured:>10} "
-              f"{simulated:>10} {error * 100:>+7.1f}%  {report['binding']:<8} {case.source}")
-    print(f"\n{len(cases)} case{'s' * (len(cases) != 1)} in "
-          f"{time.perf_counter() - started:.0f} s: median absolute "
-          f"error {statistics.median(errors) * 100:.1f}%, largest {max(errors) * 100:.1f}% "
-          f"(tiling: the source's where it gives one, else "
-          f"{'tuned' if args.tune else 'derived from the shape'})")
+        print(
+            f"{case.id:<8} {case.hardware:<10} {case.dtype:<5} {shape:>20} {measured:>10} "
+            f"{simulated:>10} {error * 100:>+7.1f}%  {report['binding']:<8} {case.source}"
+        )
+    print(
+        f"\n{len(cases)} case{'s' * (len(cases) != 1)} in "
+        f"{time.perf_counter() - started:.0f} s: median absolute "
+        f"error {statistics.median(errors) * 100:.1f}%, largest {max(errors) * 100:.1f}% "
+        f"(tiling: the source's where it gives one, else "
+        f"{'tuned' if args.tune else 'derived from the shape'})"
+    )
 
 
 if __name__ == "__main__":
-    with gc_paused():       # the collector would rescan every record of every run
+    with gc_paused():  # the collector would rescan every record of every run
         main()

@@ -1,11 +1,11 @@
 """A cycle-approximate NPU memory-hierarchy simulator.
 
-    import simulator as sim
-    w = sim.load_workload("workloads/ffn_decode.yaml", ["params.tokens=64"])
-    r = sim.simulate(w)
-    r                  # in Jupyter: the report as a readable table (r.summary() as text)
-    r.plot_timeline()  # Gantt chart per core and pipe, stalls shaded by cause
-    rows = sim.sweep("workloads/ffn_decode.yaml", {"params.tokens": [1, 64, 1024]})
+import simulator as sim
+w = sim.load_workload("workloads/ffn_decode.yaml", ["params.tokens=64"])
+r = sim.simulate(w)
+r                  # in Jupyter: the report as a readable table (r.summary() as text)
+r.plot_timeline()  # Gantt chart per core and pipe, stalls shaded by cause
+rows = sim.sweep("workloads/ffn_decode.yaml", {"params.tokens": [1, 64, 1024]})
 """
 
 from __future__ import annotations
@@ -16,11 +16,17 @@ from .version import __version__
 # Imported on first use, so that `python -m simulator --help` and `import simulator` do not
 # pay for numpy, networkx and SimPy before they are needed.
 _LAZY = {
-    "Hardware": "config.hardware", "load_hardware": "config.hardware",
-    "Workload": "config.workload", "load_workload": "config.workload",
-    "ConfigError": "errors", "SimulatorError": "errors",
-    "compare": "pipeline", "lower_workload": "pipeline", "plan": "pipeline",
-    "simulate": "pipeline", "tune": "search",
+    "Hardware": "config.hardware",
+    "load_hardware": "config.hardware",
+    "Workload": "config.workload",
+    "load_workload": "config.workload",
+    "ConfigError": "errors",
+    "SimulatorError": "errors",
+    "compare": "pipeline",
+    "lower_workload": "pipeline",
+    "plan": "pipeline",
+    "simulate": "pipeline",
+    "tune": "search",
 }
 
 
@@ -39,6 +45,18 @@ def __dir__() -> list[str]:
     return sorted(set(globals()) | set(_LAZY))
 
 
-__all__ = ["Hardware", "Workload", "ConfigError", "SimulatorError", "load_hardware",
-           "load_workload", "lower_workload", "simulate", "plan", "compare", "sweep", "tune",
-           "__version__"]
+__all__ = [
+    "Hardware",
+    "Workload",
+    "ConfigError",
+    "SimulatorError",
+    "load_hardware",
+    "load_workload",
+    "lower_workload",
+    "simulate",
+    "plan",
+    "compare",
+    "sweep",
+    "tune",
+    "__version__",
+]

@@ -32,8 +32,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        commands = {"run": _run, "plan": _plan, "compare": _compare, "sweep": _sweep,
-                    "tune": _tune}
+        commands = {"run": _run, "plan": _plan, "compare": _compare, "sweep": _sweep, "tune": _tune}
         with gc_paused():
             return commands[args.command](args)
     except SimulatorError as exc:
@@ -41,8 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         for line in lines[:MAX_ERROR_LINES]:
             print(f"error: {clip(printable(line), len('error: '))}", file=sys.stderr)
         if len(lines) > MAX_ERROR_LINES:
-            print(f"error: ... and {len(lines) - MAX_ERROR_LINES:,} more problems",
-                  file=sys.stderr)
+            print(f"error: ... and {len(lines) - MAX_ERROR_LINES:,} more problems", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -56,8 +54,10 @@ def main(argv: list[str] | None = None) -> int:
         # standard output sent to one): say so in one line, as for any other failure
         _discard_stdout()
         where = f"{exc.filename}: " if exc.filename else ""
-        print(f"error: {clip(printable(where + str(exc.strerror or exc)), len('error: '))}",
-              file=sys.stderr)
+        print(
+            f"error: {clip(printable(where + str(exc.strerror or exc)), len('error: '))}",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -79,11 +79,10 @@ def _run(args) -> int:
     if args.trace:
         outputs["trace"] = Output("--trace", Path(args.trace), "json")
     check_outputs(list(outputs.values()), args.force, (args.workload,))
-    if args.plot:       # matplotlib only when plots are asked for: it is slow to import
+    if args.plot:  # matplotlib only when plots are asked for: it is slow to import
         from .viz.plots import PLOT_FILES, write_plots
 
-        check_plot_folder("--plot", Path(args.plot), PLOT_FILES, args.force,
-                          list(outputs.values()))
+        check_plot_folder("--plot", Path(args.plot), PLOT_FILES, args.force, list(outputs.values()))
     workload = load_workload(args.workload, args.overrides)
     report = simulate(workload, args.max_cycles)
     if args.json == "-":
@@ -98,12 +97,17 @@ def _run(args) -> int:
         write_atomically(outputs["trace"], report.write_chrome_trace)
         notes.append(f"Chrome trace written to {args.trace} (open it in https://ui.perfetto.dev)")
     if args.plot:
-        paths = write_plots(report, args.plot, lambda path, draw: write_atomically(
-            Output("--plot", path, "png"), draw))
+        paths = write_plots(
+            report,
+            args.plot,
+            lambda path, draw: write_atomically(Output("--plot", path, "png"), draw),
+        )
         notes.append("plots written: " + ", ".join(str(p) for p in paths))
     for note in notes:
-        print(("\n" if note is notes[0] else "") + note, file=sys.stderr if args.json == "-"
-              else sys.stdout)
+        print(
+            ("\n" if note is notes[0] else "") + note,
+            file=sys.stderr if args.json == "-" else sys.stdout,
+        )
     return 0
 
 
@@ -139,21 +143,25 @@ def variants_from(overrides: list[str], explicit: list[str]) -> tuple[list, list
         # may hold commas (schedule.fusion=[[mm, act]])
         parts = [p.strip() for p in re.split(r",(?=[^,=\[\]{}]+=)", text) if p.strip()]
         if not parts or any("=" not in part for part in parts):
-            raise SimulatorError(f"--variant {quote(text)}: give one or more PATH=VALUE, "
-                                 "separated by commas")
+            raise SimulatorError(
+                f"--variant {quote(text)}: give one or more PATH=VALUE, separated by commas"
+            )
         combos.append(parts)
     if not combos:
         combos = [["schedule.fusion=none"], ["schedule.fusion=auto"]]
     if len(combos) > MAX_VARIANTS:
-        raise SimulatorError(f"{len(combos):,} variants are more than the {MAX_VARIANTS} a "
-                             "side-by-side table can show; use sweep for a grid of values")
+        raise SimulatorError(
+            f"{len(combos):,} variants are more than the {MAX_VARIANTS} a "
+            "side-by-side table can show; use sweep for a grid of values"
+        )
     variants = list(zip(_labels(combos), combos))
     seen: dict[frozenset, str] = {}
     for label, combo in variants:
-        key = frozenset(repr(parse_override(part)) for part in combo)   # 16 and 0x10 alike
+        key = frozenset(repr(parse_override(part)) for part in combo)  # 16 and 0x10 alike
         if key in seen:
-            raise SimulatorError(f"the variant {quote(label)} is given twice; each variant "
-                                 "must differ")
+            raise SimulatorError(
+                f"the variant {quote(label)} is given twice; each variant must differ"
+            )
         seen[key] = label
     return variants, common
 
@@ -171,8 +179,13 @@ def _labels(combos: list[list[str]]) -> list[str]:
                 return tail
         return path
 
-    return [" ".join(f"{short(part.partition('=')[0].strip())}={part.partition('=')[2].strip()}"
-                     for part in combo) for combo in combos]
+    return [
+        " ".join(
+            f"{short(part.partition('=')[0].strip())}={part.partition('=')[2].strip()}"
+            for part in combo
+        )
+        for combo in combos
+    ]
 
 
 def _compare(args) -> int:
@@ -207,66 +220,96 @@ def _sweep(args) -> int:
     grid = parse_grid(args.grid)
     fields = list(grid)
     if args.metric not in FIGURES:
-        raise SimulatorError(f"--metric {quote(args.metric)}: not a figure of the sweep CSV "
-                             "(e.g. time_us, achieved_tflops, util_MTE2; 'sweep --help' lists "
-                             "them all)")
+        raise SimulatorError(
+            f"--metric {quote(args.metric)}: not a figure of the sweep CSV "
+            "(e.g. time_us, achieved_tflops, util_MTE2; 'sweep --help' lists "
+            "them all)"
+        )
     if args.plot and len(fields) > 2:
-        raise SimulatorError(f"--plot draws one grid field (the metric against it, and the "
-                             f"roofline) or two (a heatmap); this grid has {len(fields)}: "
-                             f"{', '.join(fields)}. Plot a sweep of one or two of them, or load "
-                             "the CSV into pandas")
+        raise SimulatorError(
+            f"--plot draws one grid field (the metric against it, and the "
+            f"roofline) or two (a heatmap); this grid has {len(fields)}: "
+            f"{', '.join(fields)}. Plot a sweep of one or two of them, or load "
+            "the CSV into pandas"
+        )
     if args.plot and args.metric not in PLOTTABLE:
-        raise SimulatorError(f"--metric {args.metric}: not a number, so it cannot be plotted "
-                             f"(plottable: {', '.join(PLOTTABLE)})")
+        raise SimulatorError(
+            f"--metric {args.metric}: not a number, so it cannot be plotted "
+            f"(plottable: {', '.join(PLOTTABLE)})"
+        )
     if (args.executor == "dask") != bool(args.scheduler):
         raise SimulatorError("--executor dask and --scheduler ADDRESS go together")
     csv_out = Output("--csv", Path(args.csv or f"{Path(args.workload).stem}-sweep.csv"), "csv")
     json_out = Output("--json", Path(args.json), "json") if args.json else None
     plot_out = Output("--plot", Path(args.plot), "png") if args.plot else None
     check_outputs([o for o in (csv_out, json_out, plot_out) if o], args.force, (args.workload,))
-    load_workload(args.workload, args.overrides)          # fail fast on a broken base file
+    load_workload(args.workload, args.overrides)  # fail fast on a broken base file
     check_grid(args.workload, grid, args.overrides)
     count = point_count(grid)
     workers = args.workers or os.cpu_count() or 1
     if count > CONFIRM_ABOVE_POINTS and not args.yes:
         seconds, instructions = estimate_seconds(args.workload, grid, args.overrides, workers)
-        estimate = (f" (about {_duration(seconds)} on {min(workers, count)} workers, from the "
-                    f"first point's {instructions:,} instructions)" if instructions else "")
-        raise SimulatorError(f"the grid has {count:,} points{estimate}; pass --yes to run "
-                             "them all, or sweep fewer values")
+        estimate = (
+            f" (about {_duration(seconds)} on {min(workers, count)} workers, from the "
+            f"first point's {instructions:,} instructions)"
+            if instructions
+            else ""
+        )
+        raise SimulatorError(
+            f"the grid has {count:,} points{estimate}; pass --yes to run "
+            "them all, or sweep fewer values"
+        )
     saved = CsvRows(csv_out, fields)
     try:
-        rows = sweep(args.workload, grid, args.overrides, workers=workers,
-                     progress=sys.stderr.isatty(), scheduler=args.scheduler,
-                     max_cycles=args.max_cycles, on_row=saved.add)
+        rows = sweep(
+            args.workload,
+            grid,
+            args.overrides,
+            workers=workers,
+            progress=sys.stderr.isatty(),
+            scheduler=args.scheduler,
+            max_cycles=args.max_cycles,
+            on_row=saved.add,
+        )
     except KeyboardInterrupt:
-        print(f"interrupted: the {saved.written:,} of {count:,} points that finished are in "
-              f"{csv_out.path}", file=sys.stderr)
+        print(
+            f"interrupted: the {saved.written:,} of {count:,} points that finished are in "
+            f"{csv_out.path}",
+            file=sys.stderr,
+        )
         return 130
     finally:
         saved.close()
     saved.finish(rows)
     width = max(12, *(len(f) + 2 for f in fields))
-    print("".join(f"{f:>{width}}" for f in fields) + f"{'time µs':>12}{'TFLOPS':>9}"
-          f"{'HBM TB/s':>10}{'bound':>9}  note")
+    print(
+        "".join(f"{f:>{width}}" for f in fields) + f"{'time µs':>12}{'TFLOPS':>9}"
+        f"{'HBM TB/s':>10}{'bound':>9}  note"
+    )
     for row in rows:
-        cells = "".join(f"{str(row[f])[:width - 1]:>{width}}" for f in fields)
+        cells = "".join(f"{str(row[f])[: width - 1]:>{width}}" for f in fields)
         if row["error"]:
             print(cells + f"{'-':>12}{'-':>9}{'-':>10}{'illegal':>9}  {row['error'][:80]}")
         else:
-            print(cells + f"{row['time_us']:>12,.2f}{row['achieved_tflops']:>9.2f}"
-                  f"{row['achieved_hbm_tbps']:>10.3f}{row['bound']:>9}")
+            print(
+                cells + f"{row['time_us']:>12,.2f}{row['achieved_tflops']:>9.2f}"
+                f"{row['achieved_hbm_tbps']:>10.3f}{row['bound']:>9}"
+            )
     print(f"\n{len(rows)} points written to {csv_out.path}")
     if all(row["error"] for row in rows):
         print("note: every point is illegal; the reasons are in the note column and the CSV")
     if json_out:
-        write_json(json_out, "sweep", {"workload": args.workload, "grid": grid,
-                                       "overrides": args.overrides, "points": rows})
+        write_json(
+            json_out,
+            "sweep",
+            {"workload": args.workload, "grid": grid, "overrides": args.overrides, "points": rows},
+        )
         print(f"rows written to {args.json}")
     if plot_out and all(row["error"] for row in rows):
         print(f"no plot written to {args.plot}: no point is legal")
     elif plot_out:
         from .viz.plots import plot_sweep
+
         write_atomically(plot_out, lambda path: plot_sweep(rows, fields, args.metric, path))
         print(f"plot written to {args.plot}")
     return 0
@@ -294,40 +337,57 @@ def _tune(args) -> int:
     out = Output("--write", Path(args.write), "yaml") if args.write else None
     changed = [o for o in args.overrides if o.strip().startswith(HARDWARE_PREFIX)]
     if out and changed:
-        raise SimulatorError(f"--write cannot keep {OVERRIDE_MARK}{quote(changed[0])}: a "
-                             "workload names its hardware, it does not change it; write a "
-                             "hardware file with that value and name it in the workload's "
-                             "hardware field (a path ending in .yaml)")
+        raise SimulatorError(
+            f"--write cannot keep {OVERRIDE_MARK}{quote(changed[0])}: a "
+            "workload names its hardware, it does not change it; write a "
+            "hardware file with that value and name it in the workload's "
+            "hardware field (a path ending in .yaml)"
+        )
     workload = load_workload(args.workload, args.overrides)
     check_outputs([out] if out else [], args.force, (args.workload, workload.hardware.source))
     started = time.perf_counter()
     matmuls = sum(1 for k in plan(workload).kernels if k.gemms)
-    bar = tqdm(total=matmuls, desc=f"tune {args.workload}", unit="kernel", leave=False) \
-        if sys.stderr.isatty() and matmuls else None
+    bar = (
+        tqdm(total=matmuls, desc=f"tune {args.workload}", unit="kernel", leave=False)
+        if sys.stderr.isatty() and matmuls
+        else None
+    )
     try:
-        results = tune(workload, top=args.top, workers=args.workers or os.cpu_count() or 1,
-                       on_kernel=(lambda _: bar.update()) if bar else None)
+        results = tune(
+            workload,
+            top=args.top,
+            workers=args.workers or os.cpu_count() or 1,
+            on_kernel=(lambda _: bar.update()) if bar else None,
+        )
     finally:
         if bar:
             bar.close()
     elapsed = time.perf_counter() - started
     us = 1e6 / workload.hardware.clock_hz
-    print(f"{workload.name} on {workload.hardware.name}: {len(results)} matmul kernels tuned "
-          f"in {elapsed:.1f} s (each kernel simulated alone, L2 cold)\n")
+    print(
+        f"{workload.name} on {workload.hardware.name}: {len(results)} matmul kernels tuned "
+        f"in {elapsed:.1f} s (each kernel simulated alone, L2 cold)\n"
+    )
     for r in results:
         print(f"  {r.kernel}: {r.legal} legal tilings, {r.simulated} simulated")
-        for label, cycles, tiling in (("default", r.default_cycles, r.default),
-                                      ("tuned", r.best_cycles, r.best)):
+        for label, cycles, tiling in (
+            ("default", r.default_cycles, r.default),
+            ("tuned", r.best_cycles, r.best),
+        ):
             print(f"    {label:<8} {cycles * us:>10,.2f} µs  {describe_tiling(tiling.to_dict())}")
-        print(f"    roofline {r.roofline_cycles * us:>10,.2f} µs  (tuned is "
-              f"{r.best_cycles / r.roofline_cycles:.2f}x the bound; default "
-              f"{r.default_cycles / r.roofline_cycles:.2f}x; speedup "
-              f"{r.default_cycles / r.best_cycles:.2f}x)")
+        print(
+            f"    roofline {r.roofline_cycles * us:>10,.2f} µs  (tuned is "
+            f"{r.best_cycles / r.roofline_cycles:.2f}x the bound; default "
+            f"{r.default_cycles / r.roofline_cycles:.2f}x; speedup "
+            f"{r.default_cycles / r.best_cycles:.2f}x)"
+        )
     total_default = sum(r.default_cycles for r in results) * us
     total_best = sum(r.best_cycles for r in results) * us
     total_bound = sum(r.roofline_cycles for r in results) * us
-    print(f"\n  matmul kernels together: default {total_default:,.2f} µs, tuned {total_best:,.2f} "
-          f"µs, roofline {total_bound:,.2f} µs (tuned {total_best / total_bound:.2f}x the bound)")
+    print(
+        f"\n  matmul kernels together: default {total_default:,.2f} µs, tuned {total_best:,.2f} "
+        f"µs, roofline {total_bound:,.2f} µs (tuned {total_best / total_bound:.2f}x the bound)"
+    )
     if out:
         _write_tuned(args, results, out)
         print(f"\ntuned workload written to {args.write}")
@@ -350,7 +410,7 @@ def _write_tuned(args, results, out: Output) -> None:
         target = real_path(real_path(args.workload).parent / hardware)
         try:
             raw["hardware"] = os.path.relpath(target, real_path(out.path).parent)
-        except ValueError:                  # another drive: only an absolute path leads there
+        except ValueError:  # another drive: only an absolute path leads there
             raw["hardware"] = str(target)
     schedule = raw["schedule"] = raw.get("schedule") or {}
     tiling = schedule["tiling"] = schedule.get("tiling") or {}
@@ -358,9 +418,17 @@ def _write_tuned(args, results, out: Output) -> None:
         for name in r.joined_ops:
             tiling.pop(name, None)
         tiling[r.tiling_op] = r.best.to_dict()
-    command = " ".join(shlex.quote(part) for part in
-                       ["python", "-m", "simulator", "tune", args.workload,
-                        *(f"--set={o}" for o in args.overrides)])
+    command = " ".join(
+        shlex.quote(part)
+        for part in [
+            "python",
+            "-m",
+            "simulator",
+            "tune",
+            args.workload,
+            *(f"--set={o}" for o in args.overrides),
+        ]
+    )
     header = f"# Tuned by {command}".replace("\n", "\\n").replace("\r", "\\r") + "\n"
     text = header + yaml.safe_dump(raw, sort_keys=False)
     write_atomically(out, lambda path: path.write_text(text, encoding="utf-8"))

@@ -12,97 +12,168 @@ from .version import NAME, __version__
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
-        prog="python -m simulator",
-        description="Cycle-approximate NPU memory-hierarchy simulator.")
+        prog="python -m simulator", description="Cycle-approximate NPU memory-hierarchy simulator."
+    )
     parser.add_argument("--version", action="version", version=f"{NAME} {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                parser_class=_Parser)
-    run = sub.add_parser("run", help="simulate a workload and print its report",
-                         description="Simulate a workload on its hardware and print the report.")
+    sub = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser
+    )
+    run = sub.add_parser(
+        "run",
+        help="simulate a workload and print its report",
+        description="Simulate a workload on its hardware and print the report.",
+    )
     run.add_argument("workload", help="workload YAML file, e.g. workloads/ffn_decode.yaml")
-    _overrides(run, "override any field, e.g. params.tokens=2048 or "
-                    "hardware.HBM.bandwidth=2.4TB/s (repeatable)")
-    run.add_argument("--json", type=_file, metavar="FILE",
-                     help="also write the full report as JSON "
-                     "('-' for standard output)")
-    run.add_argument("--force", action="store_true",
-                     help="overwrite an existing --json/--trace file that is not ours")
-    run.add_argument("--trace", type=_file, metavar="FILE",
-                     help="write a Chrome trace (open it in Perfetto "
-                     "or chrome://tracing): one track per pipe per core")
-    run.add_argument("--plot", type=_file, metavar="DIR",
-                     help="write roofline, timeline, traffic and "
-                     "utilization PNGs into DIR")
+    _overrides(
+        run,
+        "override any field, e.g. params.tokens=2048 or "
+        "hardware.HBM.bandwidth=2.4TB/s (repeatable)",
+    )
+    run.add_argument(
+        "--json",
+        type=_file,
+        metavar="FILE",
+        help="also write the full report as JSON ('-' for standard output)",
+    )
+    run.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite an existing --json/--trace file that is not ours",
+    )
+    run.add_argument(
+        "--trace",
+        type=_file,
+        metavar="FILE",
+        help="write a Chrome trace (open it in Perfetto "
+        "or chrome://tracing): one track per pipe per core",
+    )
+    run.add_argument(
+        "--plot",
+        type=_file,
+        metavar="DIR",
+        help="write roofline, timeline, traffic and utilization PNGs into DIR",
+    )
     _max_cycles(run)
 
-    plan = sub.add_parser("plan", help="show the kernels the fusion pass forms, and why",
-                          description="Print the kernels, the ops in each, and for every op "
-                                      "left unfused the reason.")
+    plan = sub.add_parser(
+        "plan",
+        help="show the kernels the fusion pass forms, and why",
+        description="Print the kernels, the ops in each, and for every op left unfused the reason.",
+    )
     plan.add_argument("workload")
     _overrides(plan, "override any field (repeatable)")
 
     compare = sub.add_parser(
-        "compare", help="simulate variants of a workload side by side",
+        "compare",
+        help="simulate variants of a workload side by side",
         description="Simulate variants of one workload side by side. A field given several "
-                    "times with --set is a variant axis (one variant per value, or per "
-                    "combination when several fields vary); fields given once apply to all. "
-                    "Without any axis the variants are schedule.fusion=none and =auto.")
+        "times with --set is a variant axis (one variant per value, or per "
+        "combination when several fields vary); fields given once apply to all. "
+        "Without any axis the variants are schedule.fusion=none and =auto.",
+    )
     compare.add_argument("workload")
-    _overrides(compare, "a value for all variants, or (repeated with other values) a "
-                        "variant axis")
-    compare.add_argument("--variant", action="append", default=[], metavar="P=V[,P=V...]",
-                         help="one explicit variant: overrides separated by commas")
-    compare.add_argument("--json", type=_file, metavar="FILE",
-                         help="also write the comparison as JSON "
-                         "('-' for standard output)")
-    compare.add_argument("--force", action="store_true",
-                         help="overwrite an existing --json file that is not a report of ours")
+    _overrides(compare, "a value for all variants, or (repeated with other values) a variant axis")
+    compare.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="P=V[,P=V...]",
+        help="one explicit variant: overrides separated by commas",
+    )
+    compare.add_argument(
+        "--json",
+        type=_file,
+        metavar="FILE",
+        help="also write the comparison as JSON ('-' for standard output)",
+    )
+    compare.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite an existing --json file that is not a report of ours",
+    )
     _max_cycles(compare)
 
     tune = sub.add_parser(
-        "tune", help="search the tiling of every matmul kernel",
+        "tune",
+        help="search the tiling of every matmul kernel",
         description="For each matmul kernel: enumerate the legal tilings, rank them with the "
-                    "analytic model, simulate the most promising and the default (each kernel "
-                    "alone), and report the chosen tiling against the default and the roofline.")
+        "analytic model, simulate the most promising and the default (each kernel "
+        "alone), and report the chosen tiling against the default and the roofline.",
+    )
     tune.add_argument("workload")
     _overrides(tune, "override any field first (repeatable)")
-    tune.add_argument("--top", type=_count, default=4,
-                      help="how many of the best-ranked tilings to simulate (default 4)")
-    tune.add_argument("--workers", type=_workers, default=None,
-                      help="worker processes (default: the number of cores)")
-    tune.add_argument("--write", type=_file, metavar="FILE",
-                      help="save the workload with the tuned tilings")
+    tune.add_argument(
+        "--top",
+        type=_count,
+        default=4,
+        help="how many of the best-ranked tilings to simulate (default 4)",
+    )
+    tune.add_argument(
+        "--workers",
+        type=_workers,
+        default=None,
+        help="worker processes (default: the number of cores)",
+    )
+    tune.add_argument(
+        "--write", type=_file, metavar="FILE", help="save the workload with the tuned tilings"
+    )
     tune.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
 
     sweep = sub.add_parser(
-        "sweep", help="simulate a grid of overrides in parallel; write a tidy CSV",
+        "sweep",
+        help="simulate a grid of overrides in parallel; write a tidy CSV",
         description="Simulate every combination of the --grid values (any workload, schedule "
-                    "or hardware field) in worker processes, and write one CSV row per point. "
-                    "Illegal points (a tile that does not fit) are rows with their reason.")
+        "or hardware field) in worker processes, and write one CSV row per point. "
+        "Illegal points (a tile that does not fit) are rows with their reason.",
+    )
     sweep.add_argument("workload")
-    sweep.add_argument("--grid", action="append", default=[], metavar="FIELD=V1,V2,...",
-                       help="a field and its values, e.g. params.tokens=1,8,64 (repeatable; "
-                            "two fields make a heatmap)")
+    sweep.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="FIELD=V1,V2,...",
+        help="a field and its values, e.g. params.tokens=1,8,64 (repeatable; "
+        "two fields make a heatmap)",
+    )
     _overrides(sweep, "a value for every point (repeatable)")
-    sweep.add_argument("--workers", type=_workers, default=None,
-                       help="worker processes (default: the number of cores)")
-    sweep.add_argument("--executor", choices=("local", "dask"), default="local",
-                       help="local worker processes (default) or an existing Dask cluster")
-    sweep.add_argument("--scheduler", metavar="ADDRESS",
-                       help="the Dask scheduler, e.g. tcp://10.0.0.5:8786 (with --executor dask)")
-    sweep.add_argument("--csv", type=_file, metavar="FILE",
-                       help="CSV path (default: <workload>-sweep.csv)")
-    sweep.add_argument("--json", type=_file, metavar="FILE",
-                       help="also write the rows as JSON")
-    sweep.add_argument("--plot", type=_file, metavar="FILE.png",
-                       help="line plot and roofline (one field) "
-                       "or heatmap (two fields)")
-    sweep.add_argument("--metric", default="time_us", help="the figure to plot, a column of "
-                       "the CSV (default time_us): " + ", ".join(PLOTTABLE))
-    sweep.add_argument("--force", action="store_true",
-                       help="overwrite output files that are not ours")
-    sweep.add_argument("--yes", action="store_true", help="run a grid of more than "
-                       "100 points without asking")
+    sweep.add_argument(
+        "--workers",
+        type=_workers,
+        default=None,
+        help="worker processes (default: the number of cores)",
+    )
+    sweep.add_argument(
+        "--executor",
+        choices=("local", "dask"),
+        default="local",
+        help="local worker processes (default) or an existing Dask cluster",
+    )
+    sweep.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="the Dask scheduler, e.g. tcp://10.0.0.5:8786 (with --executor dask)",
+    )
+    sweep.add_argument(
+        "--csv", type=_file, metavar="FILE", help="CSV path (default: <workload>-sweep.csv)"
+    )
+    sweep.add_argument("--json", type=_file, metavar="FILE", help="also write the rows as JSON")
+    sweep.add_argument(
+        "--plot",
+        type=_file,
+        metavar="FILE.png",
+        help="line plot and roofline (one field) or heatmap (two fields)",
+    )
+    sweep.add_argument(
+        "--metric",
+        default="time_us",
+        help="the figure to plot, a column of the CSV (default time_us): " + ", ".join(PLOTTABLE),
+    )
+    sweep.add_argument(
+        "--force", action="store_true", help="overwrite output files that are not ours"
+    )
+    sweep.add_argument(
+        "--yes", action="store_true", help="run a grid of more than 100 points without asking"
+    )
     _max_cycles(sweep)
     return parser
 
@@ -133,8 +204,10 @@ def _count(text: str) -> int:
 def _workers(text: str) -> int:
     value = _count(text)
     if value > MAX_WORKERS:
-        raise argparse.ArgumentTypeError(f"{value} is more worker processes than the "
-                                         f"{MAX_WORKERS} this machine could sensibly run")
+        raise argparse.ArgumentTypeError(
+            f"{value} is more worker processes than the "
+            f"{MAX_WORKERS} this machine could sensibly run"
+        )
     return value
 
 
@@ -150,24 +223,31 @@ def _cycle_budget(text: str) -> int:
 
     value = _count(text)
     if value > MAX_RUN_CYCLES:
-        raise argparse.ArgumentTypeError(f"{value:,} is more than the {MAX_RUN_CYCLES:,} "
-                                         "cycles the simulator can follow")
+        raise argparse.ArgumentTypeError(
+            f"{value:,} is more than the {MAX_RUN_CYCLES:,} cycles the simulator can follow"
+        )
     return value
 
 
 def _max_cycles(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--max-cycles", type=_cycle_budget, metavar="N", help="stop a run that "
-                        "passes N simulated cycles (default: 1000 x the roofline bound + 10 "
-                        "million)")
+    parser.add_argument(
+        "--max-cycles",
+        type=_cycle_budget,
+        metavar="N",
+        help="stop a run that "
+        "passes N simulated cycles (default: 1000 x the roofline bound + 10 "
+        "million)",
+    )
 
 
 def _overrides(parser: argparse.ArgumentParser, help_text: str) -> None:
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="PATH=VALUE", help=help_text)
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE", help=help_text
+    )
 
 
-MAX_ERROR_LINES = 20          # problems printed; the rest are counted
-MAX_ERROR_CHARS = 300         # one problem's line, whatever the user wrote
+MAX_ERROR_LINES = 20  # problems printed; the rest are counted
+MAX_ERROR_CHARS = 300  # one problem's line, whatever the user wrote
 
 
 def clip(text: str, beside: int = 0) -> str:
@@ -177,7 +257,7 @@ def clip(text: str, beside: int = 0) -> str:
     if len(text) <= room:
         return text
     keep = room - len(f" [... {len(text):,} characters ...] ")
-    return (f"{text[:keep // 2]} [... {len(text) - keep:,} characters ...] "
-            f"{text[len(text) - (keep - keep // 2):]}")
-
-
+    return (
+        f"{text[: keep // 2]} [... {len(text) - keep:,} characters ...] "
+        f"{text[len(text) - (keep - keep // 2) :]}"
+    )

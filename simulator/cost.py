@@ -44,7 +44,7 @@ def transfer_cycles(nbytes: int, latency_cycles: int, bytes_per_cycle: float) ->
     return latency_cycles + math.ceil(nbytes / bytes_per_cycle)
 
 
-NZ_FRACTAL_BYTES = 32   # Ascend's FRACTAL_NZ: 16-row fractals of 32 bytes per row (C0)
+NZ_FRACTAL_BYTES = 32  # Ascend's FRACTAL_NZ: 16-row fractals of 32 bytes per row (C0)
 
 
 def piece_packets(nbytes: int, packet_bytes: int) -> int:
@@ -62,9 +62,17 @@ def run_packets(offset: int, nbytes: int, packet_bytes: int) -> int:
     return piece_packets(head, packet_bytes) + middle + piece_packets(tail, packet_bytes)
 
 
-def block_packets(row0: int, row1: int, col0: int, col1: int, tensor_rows: int,
-                  tensor_cols: int, element_bytes: int, packet_bytes: int,
-                  nz: bool = False) -> int:
+def block_packets(
+    row0: int,
+    row1: int,
+    col0: int,
+    col1: int,
+    tensor_rows: int,
+    tensor_cols: int,
+    element_bytes: int,
+    packet_bytes: int,
+    nz: bool = False,
+) -> int:
     """Packets a block [row0:row1, col0:col1] of a 2-D tensor moves as, the tensor starting on
     a packet boundary. Its contiguous runs: row-major, one per row, or one in all when the
     block spans whole rows; NZ (columns of fractals, each all rows deep), one per fractal
@@ -74,32 +82,45 @@ def block_packets(row0: int, row1: int, col0: int, col1: int, tensor_rows: int,
         column_bytes = tensor_rows * NZ_FRACTAL_BYTES
         first, last = col0 // width, -(-col1 // width)
         if row1 - row0 >= tensor_rows:
-            return run_packets(first * column_bytes % packet_bytes,
-                               (last - first) * column_bytes, packet_bytes)
-        return strided_runs_packets(first * column_bytes + row0 * NZ_FRACTAL_BYTES,
-                                    column_bytes, last - first,
-                                    (row1 - row0) * NZ_FRACTAL_BYTES, packet_bytes)
+            return run_packets(
+                first * column_bytes % packet_bytes, (last - first) * column_bytes, packet_bytes
+            )
+        return strided_runs_packets(
+            first * column_bytes + row0 * NZ_FRACTAL_BYTES,
+            column_bytes,
+            last - first,
+            (row1 - row0) * NZ_FRACTAL_BYTES,
+            packet_bytes,
+        )
     pitch = tensor_cols * element_bytes
     if col1 - col0 >= tensor_cols:
         return run_packets(row0 * pitch % packet_bytes, (row1 - row0) * pitch, packet_bytes)
-    return strided_runs_packets(row0 * pitch + col0 * element_bytes, pitch, row1 - row0,
-                                (col1 - col0) * element_bytes, packet_bytes)
+    return strided_runs_packets(
+        row0 * pitch + col0 * element_bytes,
+        pitch,
+        row1 - row0,
+        (col1 - col0) * element_bytes,
+        packet_bytes,
+    )
 
 
-def strided_runs_packets(first_byte: int, stride_bytes: int, runs: int, run_bytes: int,
-                         packet_bytes: int) -> int:
+def strided_runs_packets(
+    first_byte: int, stride_bytes: int, runs: int, run_bytes: int, packet_bytes: int
+) -> int:
     """Packets of `runs` runs of `run_bytes`, `stride_bytes` apart from `first_byte` on: their
     offsets into a packet repeat every packet_bytes / gcd(stride, packet) runs."""
     if runs <= 0 or run_bytes <= 0:
         return 0
     period = min(runs, packet_bytes // math.gcd(stride_bytes, packet_bytes))
-    per_run = [run_packets((first_byte + r * stride_bytes) % packet_bytes, run_bytes,
-                           packet_bytes) for r in range(period)]
+    per_run = [
+        run_packets((first_byte + r * stride_bytes) % packet_bytes, run_bytes, packet_bytes)
+        for r in range(period)
+    ]
     repeats, rest = divmod(runs, period)
     return repeats * sum(per_run) + sum(per_run[:rest])
 
 
-SECTOR_BYTES = 32   # GPUs read global memory in 32-byte sectors; Ascend moves 32-byte blocks
+SECTOR_BYTES = 32  # GPUs read global memory in 32-byte sectors; Ascend moves 32-byte blocks
 
 
 def strided_read_factor(step: int, element_bytes: int) -> int:
@@ -126,8 +147,9 @@ def l2_port_bytes(hit_bytes: int, multicast: int) -> int:
     return math.ceil(multicast_share(hit_bytes, multicast))
 
 
-def queued_transfers_cycles(transfers: float, start_cycles: float, data_cycles: float,
-                            in_flight: int) -> float:
+def queued_transfers_cycles(
+    transfers: float, start_cycles: float, data_cycles: float, in_flight: int
+) -> float:
     """A run of transfers through one engine keeping `in_flight` of them under way: the
     start-ups overlap each other and earlier data, the data moves in order, so the run takes
     its data's time or its start-ups shared among the transfers in flight, the longer."""
@@ -165,14 +187,19 @@ def vector_op_cycles(vector: Vector, elements: int, widest_bytes: int, cost_clas
     """One vector instruction over `elements` values whose widest operand has
     `widest_bytes` per value."""
     return vector.latency_cycles + math.ceil(
-        elements * widest_bytes * vector.cost_factor[cost_class] / vector.bytes_per_cycle)
+        elements * widest_bytes * vector.cost_factor[cost_class] / vector.bytes_per_cycle
+    )
 
 
-def vector_work(ops: tuple[Op, ...] | list[Op], tensors: dict[str, Tensor],
-                vector: Vector) -> float:
+def vector_work(
+    ops: tuple[Op, ...] | list[Op], tensors: dict[str, Tensor], vector: Vector
+) -> float:
     """Bytes × cost factor of vector ops: their work in bytes at the unit's plain rate."""
-    return sum(OPS[op.op].vector_work_bytes(operands_of(op, tensors), op.attrs)
-               * vector.cost_factor[OPS[op.op].cost_class] for op in ops)
+    return sum(
+        OPS[op.op].vector_work_bytes(operands_of(op, tensors), op.attrs)
+        * vector.cost_factor[OPS[op.op].cost_class]
+        for op in ops
+    )
 
 
 def cube_peak_cycles(cube_flops: int, dtype: str, hw: Hardware) -> float:
@@ -185,8 +212,7 @@ def vector_peak_cycles(vector_work_bytes: float, hw: Hardware) -> float:
     return vector_work_bytes / (hw.vector.bytes_per_cycle * hw.cores)
 
 
-def compute_cycles(cube_flops: int, dtype: str, vector_work_bytes: float,
-                   hw: Hardware) -> float:
+def compute_cycles(cube_flops: int, dtype: str, vector_work_bytes: float, hw: Hardware) -> float:
     """A kernel's compute bound: the Cube and the vector unit work side by side on every
     core, so the busier one bounds it."""
     return max(cube_peak_cycles(cube_flops, dtype, hw), vector_peak_cycles(vector_work_bytes, hw))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-QUOTE_CHARS = 60          # how much of a value an error message repeats
+QUOTE_CHARS = 60  # how much of a value an error message repeats
 
 
 def quote(value: object) -> str:
@@ -19,8 +19,9 @@ def printable(text: str) -> str:
     a user wrote cannot split an error line or drive the terminal."""
     if text.isprintable():
         return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii")
-                   for c in text)
+    return "".join(
+        c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text
+    )
 
 
 def check_count(name: str, value: object, optional: bool = False) -> None:
@@ -47,8 +48,12 @@ class ConfigError(SimulatorError):
         self.source = source
         self.problems = list(problems)
         self.unknown_paths = tuple(unknown_paths)
-        super().__init__("\n".join(printable(p if p.startswith(OVERRIDE_MARK)
-                                             else f"{source}: {p}") for p in self.problems))
+        super().__init__(
+            "\n".join(
+                printable(p if p.startswith(OVERRIDE_MARK) else f"{source}: {p}")
+                for p in self.problems
+            )
+        )
 
 
 OVERRIDE_MARK = "--set "

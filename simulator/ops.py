@@ -60,10 +60,10 @@ def _dtype(value: Any) -> str:
 @dataclass(frozen=True)
 class OpSpec:
     name: str
-    unit: str                          # "cube" or "vector"
-    arity: tuple[int, int]             # fewest and most inputs
-    cost_class: str                    # vector cost class ("matmul" for the Cube)
-    flops_per_element: int             # vector ops: an estimate, for the roofline's FLOP count
+    unit: str  # "cube" or "vector"
+    arity: tuple[int, int]  # fewest and most inputs
+    cost_class: str  # vector cost class ("matmul" for the Cube)
+    flops_per_element: int  # vector ops: an estimate, for the roofline's FLOP count
     infer: Callable[..., tuple[Shape, str]]
     rowwise: bool = False
     attrs: dict[str, tuple[Callable[[Any], Any], Any]] = field(default_factory=dict)
@@ -111,8 +111,10 @@ def matmul_dims(operands: list[Operand], attrs: dict) -> tuple[int, int, int, in
     m, ka = (a.shape[-1], a.shape[-2]) if attrs.get("transpose_a") else a.shape[-2:]
     kb, n = (b.shape[-1], b.shape[-2]) if attrs.get("transpose_b") else b.shape[-2:]
     if ka != kb:
-        raise ValueError(f"inner dimensions differ: {a.name} {list(a.shape)} has K={ka}, "
-                         f"{b.name} {list(b.shape)} has K={kb}")
+        raise ValueError(
+            f"inner dimensions differ: {a.name} {list(a.shape)} has K={ka}, "
+            f"{b.name} {list(b.shape)} has K={kb}"
+        )
     return math.prod(a.shape[:-2]), m, n, ka
 
 
@@ -121,23 +123,33 @@ def _matmul(batched: bool):
         a, b = operands
         for t in operands:
             if batched and len(t.shape) < 3:
-                raise ValueError(f"batch_matmul takes tensors with leading batch dims, "
-                                 f"{t.name} is {list(t.shape)}; use matmul for 2-D")
+                raise ValueError(
+                    f"batch_matmul takes tensors with leading batch dims, "
+                    f"{t.name} is {list(t.shape)}; use matmul for 2-D"
+                )
             if not batched and len(t.shape) != 2:
-                raise ValueError(f"matmul takes 2-D tensors, {t.name} is {list(t.shape)}; "
-                                 "use batch_matmul for leading batch dims")
+                raise ValueError(
+                    f"matmul takes 2-D tensors, {t.name} is {list(t.shape)}; "
+                    "use batch_matmul for leading batch dims"
+                )
         if a.shape[:-2] != b.shape[:-2]:
-            raise ValueError(f"batch dims differ: {a.name} {list(a.shape[:-2])} vs "
-                             f"{b.name} {list(b.shape[:-2])}")
+            raise ValueError(
+                f"batch dims differ: {a.name} {list(a.shape[:-2])} vs {b.name} {list(b.shape[:-2])}"
+            )
         if a.dtype != b.dtype:
-            raise ValueError(f"{a.name} is {a.dtype} but {b.name} is {b.dtype}: the Cube "
-                             "multiplies one dtype; quantize the activation to int8 or "
-                             "dequantize the weight")
+            raise ValueError(
+                f"{a.name} is {a.dtype} but {b.name} is {b.dtype}: the Cube "
+                "multiplies one dtype; quantize the activation to int8 or "
+                "dequantize the weight"
+            )
         if a.dtype not in CUBE_DTYPES:
-            raise ValueError(f"the Cube has no {a.dtype} mode (modes: {', '.join(CUBE_DTYPES)}); "
-                             "cast to fp16 first")
+            raise ValueError(
+                f"the Cube has no {a.dtype} mode (modes: {', '.join(CUBE_DTYPES)}); "
+                "cast to fp16 first"
+            )
         _, m, n, _ = matmul_dims(operands, attrs)
         return (*a.shape[:-2], m, n), attrs.get("to") or CUBE_RESULT[a.dtype]
+
     return infer
 
 
@@ -156,8 +168,9 @@ def broadcasts(small: Shape, big: Shape) -> bool:
 
 def _need_float(t: Operand, op: str) -> None:
     if t.dtype not in FLOAT_DTYPES:
-        raise ValueError(f"{op} takes floating-point input, {t.name} is {t.dtype}; "
-                         "dequantize or cast it first")
+        raise ValueError(
+            f"{op} takes floating-point input, {t.name} is {t.dtype}; dequantize or cast it first"
+        )
 
 
 def _elementwise(op: str):
@@ -167,21 +180,28 @@ def _elementwise(op: str):
             _need_float(t, op)
         for t in operands[1:]:
             if t.dtype != x.dtype:
-                raise ValueError(f"{op} of {x.dtype} {x.name} and {t.dtype} {t.name}: cast one "
-                                 "so both have the same dtype")
+                raise ValueError(
+                    f"{op} of {x.dtype} {x.name} and {t.dtype} {t.name}: cast one "
+                    "so both have the same dtype"
+                )
             if not broadcasts(t.shape, x.shape):
-                raise ValueError(f"{t.name} {list(t.shape)} does not broadcast to {x.name} "
-                                 f"{list(x.shape)} (it must match, be one row [..., N] or one "
-                                 "column [..., 1])")
+                raise ValueError(
+                    f"{t.name} {list(t.shape)} does not broadcast to {x.name} "
+                    f"{list(x.shape)} (it must match, be one row [..., N] or one "
+                    "column [..., 1])"
+                )
         return x.shape, x.dtype
+
     return infer
 
 
 def _bias_add(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
     x, bias = operands
     if len(bias.shape) != 1 or bias.shape[0] != x.shape[-1]:
-        raise ValueError(f"bias {bias.name} must be 1-D with {x.shape[-1]} elements (the last "
-                         f"dim of {x.name}), got {list(bias.shape)}")
+        raise ValueError(
+            f"bias {bias.name} must be 1-D with {x.shape[-1]} elements (the last "
+            f"dim of {x.name}), got {list(bias.shape)}"
+        )
     return _elementwise("bias_add")(operands, attrs)
 
 
@@ -191,10 +211,13 @@ def _norm(op: str):
         _need_float(x, op)
         for t in operands[1:]:
             if list(t.shape) != [x.shape[-1]]:
-                raise ValueError(f"{op} weight {t.name} must be [{x.shape[-1]}] (the last dim "
-                                 f"of {x.name}), got {list(t.shape)}")
+                raise ValueError(
+                    f"{op} weight {t.name} must be [{x.shape[-1]}] (the last dim "
+                    f"of {x.name}), got {list(t.shape)}"
+                )
             _need_float(t, op)
         return x.shape, x.dtype
+
     return infer
 
 
@@ -203,8 +226,10 @@ def _quantize(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
     _need_float(x, "quantize")
     for scale in operands[1:]:
         if not broadcasts(scale.shape, x.shape):
-            raise ValueError(f"scale {scale.name} {list(scale.shape)} does not broadcast to "
-                             f"{x.name} {list(x.shape)}")
+            raise ValueError(
+                f"scale {scale.name} {list(scale.shape)} does not broadcast to "
+                f"{x.name} {list(x.shape)}"
+            )
     return x.shape, attrs["to"]
 
 
@@ -213,8 +238,10 @@ def _dequantize(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
     if x.dtype not in ("int8", "int32"):
         raise ValueError(f"dequantize takes int8 or int32 input, {x.name} is {x.dtype}")
     if not broadcasts(scale.shape, x.shape):
-        raise ValueError(f"scale {scale.name} {list(scale.shape)} does not broadcast to "
-                         f"{x.name} {list(x.shape)} (per channel: [N]; per token: [M, 1])")
+        raise ValueError(
+            f"scale {scale.name} {list(scale.shape)} does not broadcast to "
+            f"{x.name} {list(x.shape)} (per channel: [N]; per token: [M, 1])"
+        )
     _need_float(scale, "dequantize (scale)")
     return x.shape, attrs["to"]
 
@@ -226,8 +253,10 @@ def _cast(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
 def _reshape(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
     x, shape = operands[0], tuple(attrs["shape"])
     if math.prod(shape) != math.prod(x.shape):
-        raise ValueError(f"reshape of {x.name} {list(x.shape)} ({math.prod(x.shape)} elements) "
-                         f"to {list(shape)} ({math.prod(shape)} elements)")
+        raise ValueError(
+            f"reshape of {x.name} {list(x.shape)} ({math.prod(x.shape)} elements) "
+            f"to {list(shape)} ({math.prod(shape)} elements)"
+        )
     return shape, x.dtype
 
 
@@ -237,8 +266,10 @@ def _slice(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
     start, step = attrs["start"], attrs["step"]
     stop = n if attrs["stop"] is None else attrs["stop"]
     if not 0 <= start < stop <= n:
-        raise ValueError(f"slice of {x.name} {list(x.shape)} from {start} to {stop}: needs "
-                         f"0 <= start < stop <= {n} (its last dimension)")
+        raise ValueError(
+            f"slice of {x.name} {list(x.shape)} from {start} to {stop}: needs "
+            f"0 <= start < stop <= {n} (its last dimension)"
+        )
     return (*x.shape[:-1], -(-(stop - start) // step)), x.dtype
 
 
@@ -256,8 +287,11 @@ def _positive(value: Any) -> int:
 
 def _dims(value: Any) -> tuple[int, ...]:
     """Dimensions already evaluated by the workload loader (params allowed there)."""
-    if (not isinstance(value, (list, tuple)) or not value
-            or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)):
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or not all(isinstance(d, int) and not isinstance(d, bool) and d > 0 for d in value)
+    ):
         raise ValueError(f"expected a list of positive dimensions, got {value!r}")
     return tuple(value)
 
@@ -265,35 +299,74 @@ def _dims(value: Any) -> tuple[int, ...]:
 REQUIRED_ATTRS = {"cast": ("to",), "reshape": ("shape",)}
 _TRANSPOSE = {"transpose_a": (_bool, False), "transpose_b": (_bool, False)}
 
-OPS: dict[str, OpSpec] = {spec.name: spec for spec in (
-    OpSpec("matmul", "cube", (2, 2), "matmul", 0, _matmul(False),
-           attrs={**_TRANSPOSE, "to": (_dtype, None)}),
-    OpSpec("batch_matmul", "cube", (2, 2), "matmul", 0, _matmul(True),
-           attrs={**_TRANSPOSE, "to": (_dtype, None)}),
-    OpSpec("bias_add", "vector", (2, 2), "elementwise", 1, _bias_add),
-    OpSpec("add", "vector", (2, 2), "elementwise", 1, _elementwise("add")),
-    OpSpec("mul", "vector", (2, 2), "elementwise", 1, _elementwise("mul")),
-    OpSpec("relu", "vector", (1, 1), "elementwise", 1, _elementwise("relu")),
-    # SiLU x·sigmoid(x) and tanh-GELU need an exp and a division: a handful of FLOPs each.
-    OpSpec("silu", "vector", (1, 1), "transcendental", 4, _elementwise("silu")),
-    OpSpec("gelu", "vector", (1, 1), "transcendental", 8, _elementwise("gelu")),
-    # max, subtract, exp, sum, divide along the row
-    OpSpec("softmax", "vector", (1, 1), "transcendental", 5, _elementwise("softmax"),
-           rowwise=True),
-    # mean, variance, normalise, scale, shift
-    OpSpec("layernorm", "vector", (3, 3), "reduction", 8, _norm("layernorm"), rowwise=True),
-    # mean of squares, rsqrt, normalise, scale
-    OpSpec("rmsnorm", "vector", (2, 2), "reduction", 4, _norm("rmsnorm"), rowwise=True),
-    OpSpec("quantize", "vector", (1, 2), "elementwise", 2, _quantize,
-           attrs={"to": (_int_dtype, "int8")}),
-    OpSpec("dequantize", "vector", (2, 2), "elementwise", 2, _dequantize,
-           attrs={"to": (_dtype, "fp16")}),
-    OpSpec("cast", "vector", (1, 1), "elementwise", 0, _cast, attrs={"to": (_dtype, None)}),
-    # a copy into a contiguous tensor (what `strided: copy` puts after a slice)
-    OpSpec("copy", "vector", (1, 1), "elementwise", 0, _elementwise("copy")),
-    # A view: no data moves. Its input goes to HBM and its consumers read it back there.
-    OpSpec("reshape", "view", (1, 1), "none", 0, _reshape, attrs={"shape": (_dims, None)}),
-    # x[..., start:stop:step]: read in place, as runs of single elements when step > 1
-    OpSpec("slice", "view", (1, 1), "none", 0, _slice,
-           attrs={"start": (_index, 0), "stop": (_positive, None), "step": (_positive, 1)}),
-)}
+OPS: dict[str, OpSpec] = {
+    spec.name: spec
+    for spec in (
+        OpSpec(
+            "matmul",
+            "cube",
+            (2, 2),
+            "matmul",
+            0,
+            _matmul(False),
+            attrs={**_TRANSPOSE, "to": (_dtype, None)},
+        ),
+        OpSpec(
+            "batch_matmul",
+            "cube",
+            (2, 2),
+            "matmul",
+            0,
+            _matmul(True),
+            attrs={**_TRANSPOSE, "to": (_dtype, None)},
+        ),
+        OpSpec("bias_add", "vector", (2, 2), "elementwise", 1, _bias_add),
+        OpSpec("add", "vector", (2, 2), "elementwise", 1, _elementwise("add")),
+        OpSpec("mul", "vector", (2, 2), "elementwise", 1, _elementwise("mul")),
+        OpSpec("relu", "vector", (1, 1), "elementwise", 1, _elementwise("relu")),
+        # SiLU x·sigmoid(x) and tanh-GELU need an exp and a division: a handful of FLOPs each.
+        OpSpec("silu", "vector", (1, 1), "transcendental", 4, _elementwise("silu")),
+        OpSpec("gelu", "vector", (1, 1), "transcendental", 8, _elementwise("gelu")),
+        # max, subtract, exp, sum, divide along the row
+        OpSpec(
+            "softmax", "vector", (1, 1), "transcendental", 5, _elementwise("softmax"), rowwise=True
+        ),
+        # mean, variance, normalise, scale, shift
+        OpSpec("layernorm", "vector", (3, 3), "reduction", 8, _norm("layernorm"), rowwise=True),
+        # mean of squares, rsqrt, normalise, scale
+        OpSpec("rmsnorm", "vector", (2, 2), "reduction", 4, _norm("rmsnorm"), rowwise=True),
+        OpSpec(
+            "quantize",
+            "vector",
+            (1, 2),
+            "elementwise",
+            2,
+            _quantize,
+            attrs={"to": (_int_dtype, "int8")},
+        ),
+        OpSpec(
+            "dequantize",
+            "vector",
+            (2, 2),
+            "elementwise",
+            2,
+            _dequantize,
+            attrs={"to": (_dtype, "fp16")},
+        ),
+        OpSpec("cast", "vector", (1, 1), "elementwise", 0, _cast, attrs={"to": (_dtype, None)}),
+        # a copy into a contiguous tensor (what `strided: copy` puts after a slice)
+        OpSpec("copy", "vector", (1, 1), "elementwise", 0, _elementwise("copy")),
+        # A view: no data moves. Its input goes to HBM and its consumers read it back there.
+        OpSpec("reshape", "view", (1, 1), "none", 0, _reshape, attrs={"shape": (_dims, None)}),
+        # x[..., start:stop:step]: read in place, as runs of single elements when step > 1
+        OpSpec(
+            "slice",
+            "view",
+            (1, 1),
+            "none",
+            0,
+            _slice,
+            attrs={"start": (_index, 0), "stop": (_positive, None), "step": (_positive, 1)},
+        ),
+    )
+}

@@ -34,16 +34,17 @@ from .sweep import FIGURES, columns
 from .version import FORMAT_PREFIX, NAME, format_mark
 
 SUFFIXES = {"json": (".json",), "png": (".png",), "csv": (".csv",), "yaml": (".yaml", ".yml")}
-SNIFF_BYTES = 1 << 16        # how much of an existing file is read to recognise it
-CSV_TAIL = ["error", *FIGURES]    # a sweep CSV's header: its grid fields, then exactly these
+SNIFF_BYTES = 1 << 16  # how much of an existing file is read to recognise it
+CSV_TAIL = ["error", *FIGURES]  # a sweep CSV's header: its grid fields, then exactly these
 
 
 @dataclass(frozen=True)
 class Output:
     """One file a command will write: the option that names it, its path and its kind."""
+
     option: str
     path: Path
-    kind: str                 # json | png | csv | yaml (a kind whose files are never ours)
+    kind: str  # json | png | csv | yaml (a kind whose files are never ours)
 
     def fail(self, problem: str) -> SimulatorError:
         return SimulatorError(printable(f"{self.option} {self.path}: {problem}"))
@@ -79,15 +80,18 @@ def check_output(out: Output, force: bool) -> None:
         if not stat.S_ISREG(info.st_mode):
             raise out.fail("exists and is not a regular file")
         if not force and not is_ours(out.path, out.kind):
-            raise out.fail("the file exists and was not written by this simulator; choose "
-                           "another name or pass --force to overwrite it")
+            raise out.fail(
+                "the file exists and was not written by this simulator; choose "
+                "another name or pass --force to overwrite it"
+            )
         if not info.st_mode & 0o222 or not os.access(out.path, os.W_OK):
             raise out.fail("the file is read-only")
     _check_writable_folder(out, parent)
 
 
-def check_plot_folder(option: str, folder: Path, names: tuple[str, ...], force: bool,
-                      others: list[Output] = ()) -> None:
+def check_plot_folder(
+    option: str, folder: Path, names: tuple[str, ...], force: bool, others: list[Output] = ()
+) -> None:
     """`run --plot DIR`: the folder may exist or be created in an existing parent; each PNG
     it would hold is checked as an output of its own. It may not be the file of `others`."""
     whole = Output(option, folder, "png")
@@ -113,13 +117,11 @@ def _status(out: Output, path: Path) -> os.stat_result | None:
         return os.stat(path)
     except FileNotFoundError:
         if os.path.islink(path):
-            raise out.fail("is a link that leads nowhere; remove it or give another "
-                           "name") from None
+            raise out.fail("is a link that leads nowhere; remove it or give another name") from None
         return None
     except OSError as exc:
         if exc.errno == errno.ELOOP:
-            raise out.fail("is a link in a loop of links; remove it or give another "
-                           "name") from None
+            raise out.fail("is a link in a loop of links; remove it or give another name") from None
         raise out.fail(f"cannot be used: {exc.strerror or exc}") from None
 
 
@@ -150,8 +152,8 @@ def is_ours(path: Path, kind: str) -> bool:
         return (_png_software(head) or "").startswith(f"{NAME} ")
     if kind == "csv":
         header = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip().split(",")
-        fields = header[:-len(CSV_TAIL)]
-        return header[-len(CSV_TAIL):] == CSV_TAIL and all(fields) and len(fields) >= 1
+        fields = header[: -len(CSV_TAIL)]
+        return header[-len(CSV_TAIL) :] == CSV_TAIL and all(fields) and len(fields) >= 1
     if kind == "json":
         return _JSON_MARK.match(head) is not None
     return False
@@ -159,8 +161,9 @@ def is_ours(path: Path, kind: str) -> bool:
 
 # Our JSON files open with their mark: {"format": "npu-memsim/...", ...}, or for a Chrome
 # trace, whose own keys come first in its format, {"otherData": {"format": "npu-memsim/...
-_JSON_MARK = re.compile(rb'\s*\{\s*(?:"otherData"\s*:\s*\{\s*)?"format"\s*:\s*"'
-                        + re.escape(FORMAT_PREFIX.encode()))
+_JSON_MARK = re.compile(
+    rb'\s*\{\s*(?:"otherData"\s*:\s*\{\s*)?"format"\s*:\s*"' + re.escape(FORMAT_PREFIX.encode())
+)
 
 
 def _png_software(head: bytes) -> str | None:
@@ -169,10 +172,10 @@ def _png_software(head: bytes) -> str | None:
         return None
     at = 8
     while at + 8 <= len(head):
-        length, chunk = struct.unpack(">I4s", head[at:at + 8])
-        body = head[at + 8:at + 8 + length]
+        length, chunk = struct.unpack(">I4s", head[at : at + 8])
+        body = head[at + 8 : at + 8 + length]
         if chunk == b"tEXt" and body.startswith(b"Software\x00"):
-            return body[len(b"Software\x00"):].decode("latin-1")
+            return body[len(b"Software\x00") :].decode("latin-1")
         if chunk in (b"IDAT", b"IEND"):
             return None
         at += 12 + length
@@ -195,8 +198,9 @@ def write_atomically(out: Output, write: Callable[[Path], Any]) -> None:
 
 def _temporary(out: Output) -> Path:
     """A new, empty file beside the output, with the permissions the output will have."""
-    handle, temporary = tempfile.mkstemp(dir=out.path.parent, prefix=f".{out.path.name}.",
-                                         suffix=out.path.suffix)
+    handle, temporary = tempfile.mkstemp(
+        dir=out.path.parent, prefix=f".{out.path.name}.", suffix=out.path.suffix
+    )
     os.close(handle)
     try:
         mode = stat.S_IMODE(os.stat(out.path).st_mode)

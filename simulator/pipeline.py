@@ -25,18 +25,23 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> SimulationRep
     from .analysis.roofline import roofline
 
     if not isinstance(workload, Workload):
-        raise TypeError(f"simulate() takes a Workload (load_workload(path)), got "
-                        f"{type(workload).__name__}")
+        raise TypeError(
+            f"simulate() takes a Workload (load_workload(path)), got {type(workload).__name__}"
+        )
     check_count("max_cycles", max_cycles, optional=True)
 
     program = lower_workload(workload)
     if max_cycles is None:
         bound = roofline(program, workload.hardware).bound_cycles
-        max_cycles = int(1000 * bound + 10_000_000 + workload.hardware.launch_overhead_cycles
-                         * len(program.kernels))
+        max_cycles = int(
+            1000 * bound
+            + 10_000_000
+            + workload.hardware.launch_overhead_cycles * len(program.kernels)
+        )
     trace = simulate_program(program, workload.hardware, max_cycles)
-    record = analyse(trace, program, workload.hardware, workload.name,
-                     _provenance(workload, __version__))
+    record = analyse(
+        trace, program, workload.hardware, workload.name, _provenance(workload, __version__)
+    )
     return SimulationReport(record.data, record.provenance, record.trace)
 
 
@@ -56,8 +61,12 @@ def plan(workload: Workload):
     return plan_kernels(workload)
 
 
-def compare(path: str, variants: list[tuple[str, list[str]]],
-            common: list[str] = (), max_cycles: int | None = None) -> dict:
+def compare(
+    path: str,
+    variants: list[tuple[str, list[str]]],
+    common: list[str] = (),
+    max_cycles: int | None = None,
+) -> dict:
     """Simulate one workload under several sets of overrides, side by side.
 
     Returns {"workload", "variants": [{"label", "overrides", "report"}], "speedups"}: each
@@ -66,12 +75,23 @@ def compare(path: str, variants: list[tuple[str, list[str]]],
 
     if not variants:
         raise ValueError("compare() needs at least one variant: (label, overrides)")
-    workloads = [(label, overrides, load_workload(path, [*common, *overrides]))
-                 for label, overrides in variants]       # every mistake before any run
+    workloads = [
+        (label, overrides, load_workload(path, [*common, *overrides]))
+        for label, overrides in variants
+    ]  # every mistake before any run
     rows = []
     for label, overrides, workload in workloads:
-        rows.append({"label": label, "overrides": list(overrides),
-                     "report": simulate(workload, max_cycles).to_dict()})
+        rows.append(
+            {
+                "label": label,
+                "overrides": list(overrides),
+                "report": simulate(workload, max_cycles).to_dict(),
+            }
+        )
     base = rows[0]["report"]["time_us"]
-    return {"workload": rows[0]["report"]["workload"], "common_overrides": list(common),
-            "variants": rows, "speedups": [base / r["report"]["time_us"] for r in rows]}
+    return {
+        "workload": rows[0]["report"]["workload"],
+        "common_overrides": list(common),
+        "variants": rows,
+        "speedups": [base / r["report"]["time_us"] for r in rows],
+    }

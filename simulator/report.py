@@ -13,7 +13,7 @@ class SimulationReport(Report):
     """`r.summary()`, `r.plot_timeline()`, `r.plot_roofline()`, `r.write_chrome_trace(path)`;
     shown as its summary in Jupyter and IPython."""
 
-    def _repr_pretty_(self, printer, cycle: bool) -> None:   # IPython / Jupyter
+    def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython / Jupyter
         printer.text(self.summary())
 
     def _repr_html_(self) -> str:
@@ -22,16 +22,20 @@ class SimulationReport(Report):
     def plot_timeline(self, path=None, cores=(0, 1), window_cycles=None):
         """Gantt chart of the chosen cores' pipes, stalls shaded by cause (a matplotlib Figure)."""
         from .viz.plots import plot_timeline
+
         return plot_timeline(self, path, cores=cores, window_cycles=window_cycles)
 
     def plot_roofline(self, path=None):
         from .viz.plots import plot_roofline
+
         return plot_roofline(self, path)
 
     def write_chrome_trace(self, path) -> None:
         from .viz.chrome_trace import write_chrome_trace
+
         write_chrome_trace(self, path)
 
     def summary(self) -> str:
         from .viz.table import render_report
+
         return render_report(self)

@@ -35,7 +35,7 @@ from .schedule.tiling import (
 )
 from .schedule.tiling import estimate_cycles as tiling_estimate
 
-ESTIMATE_TIE = 0.01    # estimates this close rank alike: the analytic model is not finer
+ESTIMATE_TIE = 0.01  # estimates this close rank alike: the analytic model is not finer
 BASE_M = (16, 32, 64, 128, 256)
 BASE_N = (16, 32, 64, 128, 256, 512)
 BASE_K = (16, 32, 64, 128, 256)
@@ -52,8 +52,8 @@ class KernelTuning:
     best: Tiling
     best_cycles: int
     roofline_cycles: float
-    legal: int                  # legal tilings enumerated
-    simulated: int              # of which simulated
+    legal: int  # legal tilings enumerated
+    simulated: int  # of which simulated
 
 
 def spec_of(tiling: Tiling, path: str = "") -> TilingSpec:
@@ -72,17 +72,19 @@ def legal_tilings(kernel: Kernel, workload: Workload) -> list[Tiling]:
         bases_m = sorted(set(BASE_M) | {round_up(min(core_m, 128), fm)})
         bases_n = sorted(set(BASE_N) | {round_up(min(core_n, 256), fn)})
         for bm, bn, bk in itertools.product(bases_m, bases_n, BASE_K):
-            if (bm > round_up(core_m, fm) or bn > round_up(core_n, fn)
-                    or bk > round_up(shape.k, fk)):
+            if bm > round_up(core_m, fm) or bn > round_up(core_n, fn) or bk > round_up(shape.k, fk):
                 continue
-            for step, order, buffers, acc in itertools.product(STEP_K, ("n", "m"), (2, 1),
-                                                               (None, 1)):
+            for step, order, buffers, acc in itertools.product(
+                STEP_K, ("n", "m"), (2, 1), (None, 1)
+            ):
                 if (step > 1 and step * bk > round_up(shape.k, fk)) or (acc and buffers == 1):
                     continue
                 t = Tiling(bm, bn, bk, step, order, buffers, *split, acc_buffers=acc)
                 # legal, and small enough to simulate
-                if (not check_tiling(shape, t, hw, "", kernel.name) and instruction_count(
-                        shape, t, len(kernel.epilogue)) <= MAX_INSTRUCTIONS):
+                if (
+                    not check_tiling(shape, t, hw, "", kernel.name)
+                    and instruction_count(shape, t, len(kernel.epilogue)) <= MAX_INSTRUCTIONS
+                ):
                     tilings.append(t)
     if kernel.epilogue:
         tilings = [t for t in tilings if _epilogue_fits(kernel, workload, t)]
@@ -98,8 +100,9 @@ def estimate_cycles(kernel: Kernel, workload: Workload, t: Tiling) -> float:
     """The analytic estimate of `t` for this kernel (see tiling.estimate_cycles)."""
     shape = gemm_shape(list(kernel.gemms), workload.tensors)
     classes = tuple(OPS[op.op].cost_class for op in kernel.epilogue)
-    return tiling_estimate(shape, workload.hardware, t, classes,
-                           in_registers(workload.hardware, list(kernel.ops)))
+    return tiling_estimate(
+        shape, workload.hardware, t, classes, in_registers(workload.hardware, list(kernel.ops))
+    )
 
 
 def simulate_kernel(args: tuple[Workload, Kernel, Tiling]) -> int:
@@ -126,8 +129,9 @@ def tune_kernel(kernel: Kernel, workload: Workload, top: int = 4, pool=None) -> 
     # (the cheapest to simulate, and on silicon the least to issue)
     groups: dict[tuple, list[Tiling]] = {}
     for t in ranked:
-        groups.setdefault((t.base_m, t.base_n, t.buffers, t.l0c_buffers, t.split_b, t.split_m,
-                           t.split_n), []).append(t)
+        groups.setdefault(
+            (t.base_m, t.base_n, t.buffers, t.l0c_buffers, t.split_b, t.split_m, t.split_n), []
+        ).append(t)
     shapes = []
     for members in list(groups.values())[:top]:
         alike = [t for t in members if estimates[t] <= estimates[members[0]] * (1 + ESTIMATE_TIE)]
@@ -136,9 +140,18 @@ def tune_kernel(kernel: Kernel, workload: Workload, top: int = 4, pool=None) -> 
     jobs = [(workload, kernel, t) for t in trials]
     cycles = list(pool.map(simulate_kernel, jobs)) if pool else list(map(simulate_kernel, jobs))
     best_cycles, best = min(zip(cycles, trials), key=lambda pair: (pair[0], _key(pair[1])))
-    return KernelTuning(kernel.name, kernel.tiling_op, tuple(op.name for op in kernel.ops[1:]),
-                        default, cycles[0], best, best_cycles,
-                        kernel_bound_cycles(kernel, workload), len(legal), len(trials))
+    return KernelTuning(
+        kernel.name,
+        kernel.tiling_op,
+        tuple(op.name for op in kernel.ops[1:]),
+        default,
+        cycles[0],
+        best,
+        best_cycles,
+        kernel_bound_cycles(kernel, workload),
+        len(legal),
+        len(trials),
+    )
 
 
 def kernel_bound_cycles(kernel: Kernel, workload: Workload) -> float:
@@ -146,8 +159,12 @@ def kernel_bound_cycles(kernel: Kernel, workload: Workload) -> float:
     peak HBM bandwidth, whichever is longer (launch overhead not included)."""
     hw, tensors = workload.hardware, workload.tensors
     flops = sum(OPS[op.op].flops(operands_of(op, tensors), op.attrs) for op in kernel.gemms)
-    compute = compute_cycles(flops, tensors[kernel.gemms[0].inputs[0]].dtype,
-                             vector_work(kernel.epilogue, tensors, hw.vector), hw)
+    compute = compute_cycles(
+        flops,
+        tensors[kernel.gemms[0].inputs[0]].dtype,
+        vector_work(kernel.epilogue, tensors, hw.vector),
+        hw,
+    )
     produced = {op.output for op in kernel.ops}
     inputs = {n for op in kernel.ops for n in op.inputs} - produced
     moved = sum(tensors[n].nbytes for n in inputs) + tensors[kernel.output].nbytes
@@ -159,8 +176,12 @@ def _key(t: Tiling) -> tuple:
     return tuple(-1 if v is None else v for v in asdict(t).values())
 
 
-def tune(workload: Workload, top: int = 4, workers: int = 1,
-         on_kernel: Callable[[KernelTuning], None] | None = None) -> list[KernelTuning]:
+def tune(
+    workload: Workload,
+    top: int = 4,
+    workers: int = 1,
+    on_kernel: Callable[[KernelTuning], None] | None = None,
+) -> list[KernelTuning]:
     """Tune every matmul kernel of the workload's fusion plan; `on_kernel` hears of each
     kernel as it is done (for a progress bar)."""
     check_count("top", top)
@@ -169,8 +190,10 @@ def tune(workload: Workload, top: int = 4, workers: int = 1,
     kernels = [k for k in plan.kernels if k.gemms]
     if not kernels:
         names = ", ".join(k.name for k in plan.kernels) or "none"
-        raise SimulatorError(f"{workload.source}: nothing to tune: the tuner searches the "
-                             f"tilings of matmul kernels, and there is none (kernels: {names})")
+        raise SimulatorError(
+            f"{workload.source}: nothing to tune: the tuner searches the "
+            f"tilings of matmul kernels, and there is none (kernels: {names})"
+        )
     pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     results = []
     try:
@@ -193,5 +216,13 @@ def tuned_workload(workload: Workload, results: list[KernelTuning]) -> Workload:
     return replace(workload, tiling=tiling)
 
 
-__all__ = ["KernelTuning", "legal_tilings", "estimate_cycles", "simulate_kernel", "tune",
-           "tune_kernel", "tuned_workload", "TilingError"]
+__all__ = [
+    "KernelTuning",
+    "legal_tilings",
+    "estimate_cycles",
+    "simulate_kernel",
+    "tune",
+    "tune_kernel",
+    "tuned_workload",
+    "TilingError",
+]

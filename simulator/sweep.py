@@ -22,13 +22,31 @@ from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, check_count, quo
 from .schedule.program import UTILIZATION_KEYS
 
 # Report figures that become columns of a sweep row, flattened to one level.
-METRICS = ("time_us", "cycles", "bound", "binding", "flops", "achieved_tflops", "peak_tflops",
-           "mac_utilization", "achieved_hbm_tbps", "hbm_bandwidth_tbps", "roofline_efficiency",
-           "roofline_bound_us", "compute_bound_us", "memory_bound_us", "arithmetic_intensity",
-           "hbm_read_bytes", "hbm_write_bytes", "l2_hit_bytes", "launch_overhead_us", "kernels",
-           "instructions")
-FIGURES = (*METRICS, *(f"util_{unit}" for unit in UTILIZATION_KEYS))   # a row after its point
-PLOTTABLE = tuple(f for f in FIGURES if f not in ("bound", "binding"))   # the numbers
+METRICS = (
+    "time_us",
+    "cycles",
+    "bound",
+    "binding",
+    "flops",
+    "achieved_tflops",
+    "peak_tflops",
+    "mac_utilization",
+    "achieved_hbm_tbps",
+    "hbm_bandwidth_tbps",
+    "roofline_efficiency",
+    "roofline_bound_us",
+    "compute_bound_us",
+    "memory_bound_us",
+    "arithmetic_intensity",
+    "hbm_read_bytes",
+    "hbm_write_bytes",
+    "l2_hit_bytes",
+    "launch_overhead_us",
+    "kernels",
+    "instructions",
+)
+FIGURES = (*METRICS, *(f"util_{unit}" for unit in UTILIZATION_KEYS))  # a row after its point
+PLOTTABLE = tuple(f for f in FIGURES if f not in ("bound", "binding"))  # the numbers
 
 
 # Beyond this many points a sweep asks for --yes (the CLI) before it starts.
@@ -36,8 +54,8 @@ CONFIRM_ABOVE_POINTS = 100
 # Rough wall time of one simulated instruction on one core (benchmarks/engine_speed.py
 # measures 2.7-3.6 µs); used only to tell the user how long a large grid will take.
 SECONDS_PER_INSTRUCTION = 4e-6
-MAX_GRID_VALUES = 1_000        # values of one field
-MAX_POINTS = 100_000           # points of one sweep, --yes or not
+MAX_GRID_VALUES = 1_000  # values of one field
+MAX_POINTS = 100_000  # points of one sweep, --yes or not
 
 
 def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
@@ -47,29 +65,36 @@ def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
         field, sep, values = item.partition("=")
         field = field.strip()
         if not sep or not field or not values.strip():
-            raise SimulatorError(f"--grid {quote(item)}: write FIELD=V1,V2,... e.g. "
-                                 "params.tokens=1,8,64")
+            raise SimulatorError(
+                f"--grid {quote(item)}: write FIELD=V1,V2,... e.g. params.tokens=1,8,64"
+            )
         if field in grid:
             raise SimulatorError(f"--grid {field} is given twice; put all its values in one list")
         texts = [text.strip() for text in values.split(",")]
         if len(texts) > MAX_GRID_VALUES:
-            raise SimulatorError(f"--grid {field}: {len(texts):,} values, more than the "
-                                 f"{MAX_GRID_VALUES:,} one field may have")
+            raise SimulatorError(
+                f"--grid {field}: {len(texts):,} values, more than the "
+                f"{MAX_GRID_VALUES:,} one field may have"
+            )
         parsed = []
         for text in texts:
             if not text:
-                raise SimulatorError(f"--grid {quote(item)}: an empty value (two commas in a "
-                                     "row, or one at an end)")
+                raise SimulatorError(
+                    f"--grid {quote(item)}: an empty value (two commas in a row, or one at an end)"
+                )
             try:
                 value = parse_yaml(text)
             except YamlLimitError as exc:
-                raise SimulatorError(f"--grid {field}: {quote(text)}: refused: "
-                                     f"{exc.problem}") from None
+                raise SimulatorError(
+                    f"--grid {field}: {quote(text)}: refused: {exc.problem}"
+                ) from None
             except yaml.YAMLError:
                 value = text
             if isinstance(value, (list, dict)) or value is None:
-                raise SimulatorError(f"--grid {field}: {quote(text)} is not a single number or "
-                                     "word; values are separated by commas")
+                raise SimulatorError(
+                    f"--grid {field}: {quote(text)} is not a single number or "
+                    "word; values are separated by commas"
+                )
             if value in parsed:
                 raise SimulatorError(f"--grid {field}: {quote(text)} is given twice")
             parsed.append(value)
@@ -77,8 +102,10 @@ def parse_grid(items: Iterable[str]) -> dict[str, list[Any]]:
     if not grid:
         raise SimulatorError("a sweep needs at least one --grid FIELD=V1,V2,...")
     if point_count(grid) > MAX_POINTS:
-        raise SimulatorError(f"the grid has {point_count(grid):,} points, more than the "
-                             f"{MAX_POINTS:,} one sweep may have")
+        raise SimulatorError(
+            f"the grid has {point_count(grid):,} points, more than the "
+            f"{MAX_POINTS:,} one sweep may have"
+        )
     return grid
 
 
@@ -100,8 +127,9 @@ def check_grid(path: str, grid: dict[str, list[Any]], overrides: Iterable[str] =
             try:
                 load_workload(path, [*overrides, *(f"{f}={v}" for f, v in point.items())])
             except ConfigError as exc:
-                raise SimulatorError("\n".join(_as_grid_problem(line, grid)
-                                               for line in str(exc).splitlines())) from None
+                raise SimulatorError(
+                    "\n".join(_as_grid_problem(line, grid) for line in str(exc).splitlines())
+                ) from None
 
 
 def _as_grid_problem(line: str, grid: dict[str, list[Any]]) -> str:
@@ -109,12 +137,13 @@ def _as_grid_problem(line: str, grid: dict[str, list[Any]]) -> str:
     for field in grid:
         mark = f"{OVERRIDE_MARK}{field}="
         if line.startswith(mark):
-            return f"--grid {field}={line[len(mark):]}"
+            return f"--grid {field}={line[len(mark) :]}"
     return line
 
 
-def estimate_seconds(path: str, grid: dict[str, list[Any]], overrides: Iterable[str],
-                     workers: int) -> tuple[float, int]:
+def estimate_seconds(
+    path: str, grid: dict[str, list[Any]], overrides: Iterable[str], workers: int
+) -> tuple[float, int]:
     """(seconds, instructions of the first point): a rough wall time for the whole grid."""
     from .config.workload import load_workload
     from .pipeline import lower_workload
@@ -125,8 +154,9 @@ def estimate_seconds(path: str, grid: dict[str, list[Any]], overrides: Iterable[
     except SimulatorError:
         return 0.0, 0
     count = point_count(grid)
-    return count * instructions * SECONDS_PER_INSTRUCTION / max(1, min(workers, count)), \
-        instructions
+    return count * instructions * SECONDS_PER_INSTRUCTION / max(
+        1, min(workers, count)
+    ), instructions
 
 
 def points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:
@@ -149,18 +179,36 @@ def row_of(point: dict[str, Any], report: dict | None, error: str = "") -> dict[
     roof = report["roofline"]
     hbm = report["traffic"]["HBM"]
     moved = hbm["read_bytes"] + hbm["write_bytes"]
-    row.update({key: report[key] for key in ("time_us", "cycles", "bound", "binding", "flops",
-                                             "achieved_tflops", "peak_tflops", "mac_utilization",
-                                             "achieved_hbm_tbps", "hbm_bandwidth_tbps",
-                                             "instructions")})
-    row.update(roofline_efficiency=roof["efficiency"], roofline_bound_us=roof["bound_cycles"] * us,
-               compute_bound_us=roof["compute_cycles"] * us,
-               memory_bound_us=roof["memory_cycles"] * us,
-               arithmetic_intensity=report["flops"] / moved if moved else None,
-               hbm_read_bytes=hbm["read_bytes"], hbm_write_bytes=hbm["write_bytes"],
-               l2_hit_bytes=report["traffic"]["L2"]["read_bytes"],
-               launch_overhead_us=report["launch_overhead_cycles"] * us,
-               kernels=len(report["kernels"]))
+    row.update(
+        {
+            key: report[key]
+            for key in (
+                "time_us",
+                "cycles",
+                "bound",
+                "binding",
+                "flops",
+                "achieved_tflops",
+                "peak_tflops",
+                "mac_utilization",
+                "achieved_hbm_tbps",
+                "hbm_bandwidth_tbps",
+                "instructions",
+            )
+        }
+    )
+    row.update(
+        roofline_efficiency=roof["efficiency"],
+        roofline_bound_us=roof["bound_cycles"] * us,
+        compute_bound_us=roof["compute_cycles"] * us,
+        memory_bound_us=roof["memory_cycles"] * us,
+        arithmetic_intensity=report["flops"] / moved if moved else None,
+        hbm_read_bytes=hbm["read_bytes"],
+        hbm_write_bytes=hbm["write_bytes"],
+        l2_hit_bytes=report["traffic"]["L2"]["read_bytes"],
+        launch_overhead_us=report["launch_overhead_cycles"] * us,
+        kernels=len(report["kernels"]),
+    )
     for unit, fraction in report["utilization"].items():
         row[f"util_{unit}"] = fraction
     return row
@@ -180,10 +228,16 @@ def run_point(args: tuple[str, list[str], dict[str, Any], int | None]) -> dict[s
     return row_of(point, report)
 
 
-def sweep(path: str, grid: dict[str, list[Any]] | Iterable[str], overrides: Iterable[str] = (),
-          workers: int | None = None, progress: bool = False,
-          scheduler: str | None = None, max_cycles: int | None = None,
-          on_row: Callable[[int, dict[str, Any]], None] | None = None) -> list[dict[str, Any]]:
+def sweep(
+    path: str,
+    grid: dict[str, list[Any]] | Iterable[str],
+    overrides: Iterable[str] = (),
+    workers: int | None = None,
+    progress: bool = False,
+    scheduler: str | None = None,
+    max_cycles: int | None = None,
+    on_row: Callable[[int, dict[str, Any]], None] | None = None,
+) -> list[dict[str, Any]]:
     """Simulate every grid point; rows in grid order, ready for `pandas.DataFrame(rows)`.
 
     `grid` maps a field path to its values ({'params.tokens': [1, 64]}) or is a list of
@@ -195,11 +249,11 @@ def sweep(path: str, grid: dict[str, list[Any]] | Iterable[str], overrides: Iter
         grid = parse_grid(grid)
     for field, values in grid.items():
         if not isinstance(values, (list, tuple)) or not values:
-            raise TypeError(f"grid[{field!r}] must be a non-empty list of values, got "
-                            f"{quote(values)}")
+            raise TypeError(
+                f"grid[{field!r}] must be a non-empty list of values, got {quote(values)}"
+            )
     check_count("workers", workers, optional=True)
-    jobs = [(os.path.realpath(path), list(overrides), point, max_cycles)
-            for point in points(grid)]
+    jobs = [(os.path.realpath(path), list(overrides), point, max_cycles) for point in points(grid)]
     workers = workers or os.cpu_count() or 1
     bar = _progress(len(jobs), str(path)) if progress else None
     rows: list = [None] * len(jobs)
@@ -232,7 +286,7 @@ def _in_processes(workers: int, jobs: list, finished: Callable) -> None:
         for future in as_completed(futures):
             finished(futures[future], future.result())
     except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)   # an interrupt stops the sweep now
+        pool.shutdown(wait=False, cancel_futures=True)  # an interrupt stops the sweep now
         raise
     pool.shutdown()
 
@@ -242,13 +296,15 @@ def _on_dask(address: str, jobs: list, finished: Callable) -> None:
     try:
         from distributed import Client, as_completed
     except ImportError:
-        raise SimulatorError("--executor dask needs dask.distributed: pip install "
-                             "'dask[distributed]'") from None
+        raise SimulatorError(
+            "--executor dask needs dask.distributed: pip install 'dask[distributed]'"
+        ) from None
     try:
         client = Client(address, timeout=10)
-    except (OSError, TimeoutError, ValueError) as exc:   # ValueError: not an address at all
-        raise SimulatorError(f"--scheduler {quote(address)}: cannot reach the Dask scheduler "
-                             f"({quote(str(exc))})") from None
+    except (OSError, TimeoutError, ValueError) as exc:  # ValueError: not an address at all
+        raise SimulatorError(
+            f"--scheduler {quote(address)}: cannot reach the Dask scheduler ({quote(str(exc))})"
+        ) from None
     with client:
         futures = client.map(run_point, jobs, pure=False)
         index = {future.key: i for i, future in enumerate(futures)}
@@ -258,4 +314,5 @@ def _on_dask(address: str, jobs: list, finished: Callable) -> None:
 
 def _progress(total: int, label: str):
     from tqdm import tqdm
+
     return tqdm(total=total, desc=f"sweep {label}", unit="point", leave=False)

@@ -14,7 +14,7 @@ import re
 # Bytes per element of each data type a tensor or a Cube mode can have.
 DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1, "int32": 4}
 
-MAX_SIZE_BYTES = 2**50        # 1 PiB: more than any memory a chip has
+MAX_SIZE_BYTES = 2**50  # 1 PiB: more than any memory a chip has
 
 _BINARY = {"Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4}
 _DECIMAL = {"": 1, "K": 10**3, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
@@ -55,8 +55,10 @@ def parse_size(value: object) -> int:
     else:
         match = _SIZE_RE.fullmatch(text)
         if not match:
-            raise UnitError(f"{_quoted(text)} is not a size; write e.g. '64KiB', '32MiB', "
-                            "'1.5GB' (KiB = 1024 B, KB = 1000 B)")
+            raise UnitError(
+                f"{_quoted(text)} is not a size; write e.g. '64KiB', '32MiB', "
+                "'1.5GB' (KiB = 1024 B, KB = 1000 B)"
+            )
         nbytes = float(match["num"]) * _SIZE_PREFIX[match["prefix"]]
     if not math.isfinite(nbytes) or nbytes > MAX_SIZE_BYTES:
         raise UnitError(f"{_quoted(text)} is too large: no memory holds more than 1 PiB")
@@ -87,15 +89,15 @@ def parse_time(value: object, clock_hz: float) -> int:
     """'500ns' or '200cycles' -> whole cycles (rounded up) of a clock of clock_hz."""
     text = _text(value, "time", "500ns")
     if isinstance(value, int) and not isinstance(value, bool):
-        raise UnitError(f"{_quoted(text)} needs a unit; write e.g. '{text[:20]}cycles' or "
-                        f"'{text[:20]}ns'")
+        raise UnitError(
+            f"{_quoted(text)} needs a unit; write e.g. '{text[:20]}cycles' or '{text[:20]}ns'"
+        )
     if match := _CYCLES_RE.fullmatch(text):
         cycles = float(match["num"])
     elif match := _TIME_RE.fullmatch(text):
         cycles = float(match["num"]) * _TIME_SCALE[match["unit"]] * clock_hz
     else:
-        raise UnitError(f"{_quoted(text)} is not a time; write e.g. '500ns', '3us' or "
-                        "'200cycles'")
+        raise UnitError(f"{_quoted(text)} is not a time; write e.g. '500ns', '3us' or '200cycles'")
     if not math.isfinite(cycles):
         raise UnitError(f"{_quoted(text)} is too large to be a time")
     # Round to the nearest picocycle first so '1ns' at 1 GHz is exactly 1 cycle.

@@ -37,7 +37,7 @@ def report_of(workload: str, chip: str) -> dict:
         return {"refused": str(exc).splitlines()[0]}
     for key in UNSTABLE_PROVENANCE:
         report["provenance"].pop(key, None)
-    return json.loads(json.dumps(report))      # as its file reads back: lists, string keys
+    return json.loads(json.dumps(report))  # as its file reads back: lists, string keys
 
 
 def as_text(report: dict) -> str:
@@ -47,10 +47,19 @@ def as_text(report: dict) -> str:
 def differences(old, new, path: str = "") -> list[str]:
     """Every leaf that differs between two reports, as 'path: old -> new'."""
     if isinstance(old, dict) and isinstance(new, dict):
-        return [line for key in sorted(old.keys() | new.keys(), key=str)
-                for line in differences(old.get(key, "<absent>"), new.get(key, "<absent>"),
-                                        f"{path}.{key}" if path else str(key))]
+        return [
+            line
+            for key in sorted(old.keys() | new.keys(), key=str)
+            for line in differences(
+                old.get(key, "<absent>"),
+                new.get(key, "<absent>"),
+                f"{path}.{key}" if path else str(key),
+            )
+        ]
     if isinstance(old, list) and isinstance(new, list) and len(old) == len(new):
-        return [line for i, (a, b) in enumerate(zip(old, new))
-                for line in differences(a, b, f"{path}[{i}]")]
+        return [
+            line
+            for i, (a, b) in enumerate(zip(old, new))
+            for line in differences(a, b, f"{path}[{i}]")
+        ]
     return [] if old == new else [f"{path}: {old!r} -> {new!r}"]

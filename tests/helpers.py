@@ -13,8 +13,11 @@ def matmul_workload(hw, m, n, k, tiling=None, extra_ops=(), name="test"):
         "name": name,
         "hardware": hw.name,
         "params": {"m": m, "n": n, "k": k},
-        "tensors": {"a": {"shape": ["m", "k"]}, "b": {"shape": ["k", "n"], "kind": "weight"},
-                    "bias": {"shape": ["n"], "kind": "weight"}},
+        "tensors": {
+            "a": {"shape": ["m", "k"]},
+            "b": {"shape": ["k", "n"], "kind": "weight"},
+            "bias": {"shape": ["n"], "kind": "weight"},
+        },
         "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}, *extra_ops],
         "schedule": {"fusion": "none", "tiling": {"mm": tiling} if tiling else {}},
     }

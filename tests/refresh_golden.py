@@ -11,7 +11,7 @@ import sys
 
 from .golden import CASES, GOLDEN_DIR, as_text, differences, golden_path, report_of
 
-SHOWN = 12      # differing leaves printed per report
+SHOWN = 12  # differing leaves printed per report
 
 
 def main(selected: list[str]) -> None:

@@ -19,8 +19,9 @@ BLOCK = re.compile(r"(<!-- output of: (?P<command>.+?) -->\n```\n)(?P<shown>.*?)
 def output_of(command: str) -> str:
     args = shlex.split(command)
     assert args[:3] == ["python", "-m", "simulator"], command
-    return subprocess.run([sys.executable, *args[1:]], cwd=ROOT, capture_output=True,
-                          text=True, check=True).stdout.rstrip()
+    return subprocess.run(
+        [sys.executable, *args[1:]], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.rstrip()
 
 
 def shown_blocks(readme: str) -> list[tuple[str, str]]:
@@ -29,8 +30,7 @@ def shown_blocks(readme: str) -> list[tuple[str, str]]:
 
 def main() -> None:
     path = ROOT / "README.md"
-    text = BLOCK.sub(lambda m: m.group(1) + output_of(m["command"]) + "\n```",
-                     path.read_text())
+    text = BLOCK.sub(lambda m: m.group(1) + output_of(m["command"]) + "\n```", path.read_text())
     path.write_text(text)
     print("README.md: sample outputs refreshed; check that its prose still matches")
 

@@ -4,7 +4,7 @@ import pytest
 
 from simulator import load_workload, simulate
 
-WEIGHT_BYTES = 3 * 4096 * 11008 * 2           # gate, up and down projections in fp16
+WEIGHT_BYTES = 3 * 4096 * 11008 * 2  # gate, up and down projections in fp16
 
 
 @pytest.fixture(scope="module")
@@ -14,7 +14,7 @@ def decode():
 
 def test_decode_is_memory_bound_on_the_weights(decode):
     assert decode["bound"] == "memory"
-    activations = 4096 * 2 + 2 * 11008 * 2 * 2 + 11008 * 2   # x, g/u (twice: act, glu), h
+    activations = 4096 * 2 + 2 * 11008 * 2 * 2 + 11008 * 2  # x, g/u (twice: act, glu), h
     hbm_read = decode["traffic"]["HBM"]["read_bytes"]
     assert abs(hbm_read - (WEIGHT_BYTES + activations)) / (WEIGHT_BYTES + activations) < 0.01
 
@@ -26,13 +26,12 @@ def test_decode_time_is_close_to_weight_bytes_over_bandwidth(decode):
 
 
 def test_decode_leaves_the_cube_idle(decode):
-    assert decode["mac_utilization"] < 0.02        # useful MACs
-    assert decode["utilization"]["cube"] < 0.10    # busy, counting fractal padding of m=1
+    assert decode["mac_utilization"] < 0.02  # useful MACs
+    assert decode["utilization"]["cube"] < 0.10  # busy, counting fractal padding of m=1
 
 
 def test_prefill_shape_is_compute_bound():
-    report = simulate(load_workload("workloads/ffn_decode.yaml",
-                                    ["params.tokens=2048"])).to_dict()
+    report = simulate(load_workload("workloads/ffn_decode.yaml", ["params.tokens=2048"])).to_dict()
     assert report["bound"] == "compute"
     assert report["utilization"]["cube"] >= 0.60
     # what holds the rest back is visible as stalls of the Cube's feeders

@@ -12,14 +12,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "simulator"
 
 LAYERS = (
     ("foundation", ("errors", "units", "version", "gc_pause")),
-    ("vocabulary", ("ops", "config.strict")),          # what a file may say
-    ("config", ("config",)),                            # files → frozen dataclasses
-    ("graph", ("graph",)),                              # the validated dataflow graph
-    ("cost", ("cost",)),                                # every timing rule, once
-    ("schedule", ("schedule",)),                        # fusion, tiling, lowering → Program
-    ("engine", ("engine",)),                            # Program → Trace (SimPy)
-    ("analysis", ("analysis",)),                        # Trace → report record, roofline
-    ("viz", ("viz",)),                                  # renderings of a report
+    ("vocabulary", ("ops", "config.strict")),  # what a file may say
+    ("config", ("config",)),  # files → frozen dataclasses
+    ("graph", ("graph",)),  # the validated dataflow graph
+    ("cost", ("cost",)),  # every timing rule, once
+    ("schedule", ("schedule",)),  # fusion, tiling, lowering → Program
+    ("engine", ("engine",)),  # Program → Trace (SimPy)
+    ("analysis", ("analysis",)),  # Trace → report record, roofline
+    ("viz", ("viz",)),  # renderings of a report
     ("orchestration", ("report", "pipeline", "search", "sweep", "outputs")),
     ("interface", ("", "cli", "cli_args", "__main__")),  # the package's API and the CLI
 )
@@ -57,7 +57,7 @@ class Imports(ast.NodeVisitor):
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level:
-            base = self.package[:len(self.package) - node.level + 1]
+            base = self.package[: len(self.package) - node.level + 1]
             target = ".".join(base + ([node.module] if node.module else []))
         elif (node.module or "").startswith("simulator"):
             target = node.module.removeprefix("simulator").lstrip(".")
@@ -89,9 +89,12 @@ def import_graph() -> nx.DiGraph:
 
 
 def test_no_module_imports_up_the_pipeline():
-    upward = [f"simulator.{a or '__init__'} ({LAYERS[layer_of(a)][0]}) imports simulator."
-              f"{b} ({LAYERS[layer_of(b)][0]})"
-              for a, b in import_graph().edges if layer_of(b) > layer_of(a)]
+    upward = [
+        f"simulator.{a or '__init__'} ({LAYERS[layer_of(a)][0]}) imports simulator."
+        f"{b} ({LAYERS[layer_of(b)][0]})"
+        for a, b in import_graph().edges
+        if layer_of(b) > layer_of(a)
+    ]
     assert not upward, "upward imports:\n" + "\n".join(sorted(upward))
 
 

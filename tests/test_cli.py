@@ -11,8 +11,13 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "simulator", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "simulator", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def assert_user_error(result, *fragments):
@@ -30,12 +35,30 @@ def test_main_job_runs_and_explains(tmp_path):
     assert "bound" in result.stdout and "memory" in result.stdout
     assert "Why: memory-bound" in result.stdout
     report = json.loads(out.read_text())
-    for key in ("workload", "hardware", "cycles", "time_us", "flops", "achieved_tflops",
-                "peak_tflops", "hbm_bandwidth_tbps", "achieved_hbm_tbps", "bound", "roofline",
-                "traffic", "utilization", "stalls", "kernels"):
+    for key in (
+        "workload",
+        "hardware",
+        "cycles",
+        "time_us",
+        "flops",
+        "achieved_tflops",
+        "peak_tflops",
+        "hbm_bandwidth_tbps",
+        "achieved_hbm_tbps",
+        "bound",
+        "roofline",
+        "traffic",
+        "utilization",
+        "stalls",
+        "kernels",
+    ):
         assert key in report
-    assert set(report["roofline"]) >= {"compute_cycles", "memory_cycles", "bound_cycles",
-                                       "efficiency"}
+    assert set(report["roofline"]) >= {
+        "compute_cycles",
+        "memory_cycles",
+        "bound_cycles",
+        "efficiency",
+    }
     assert set(report["traffic"]["L2"]) >= {"read_bytes", "write_bytes", "hits", "misses"}
     for kernel in report["kernels"]:
         assert set(kernel) >= {"name", "ops", "fused", "cycles", "flops", "traffic", "tiling"}
@@ -60,20 +83,24 @@ def test_malformed_file(tmp_path):
 
 
 def test_unknown_field_from_override():
-    assert_user_error(run_cli("run", "workloads/ffn_decode.yaml", "--set", "hardware.HBM.bw=1TB/s"),
-                      "--set hardware.HBM.bw=1TB/s: unknown field")
+    assert_user_error(
+        run_cli("run", "workloads/ffn_decode.yaml", "--set", "hardware.HBM.bw=1TB/s"),
+        "--set hardware.HBM.bw=1TB/s: unknown field",
+    )
 
 
 def test_tiling_that_does_not_fit():
-    result = run_cli("run", "workloads/ffn_decode.yaml",
-                     "--set", "schedule.tiling.down.base.n=4096")
+    result = run_cli(
+        "run", "workloads/ffn_decode.yaml", "--set", "schedule.tiling.down.base.n=4096"
+    )
     assert_user_error(result, "schedule.tiling.down", "does not fit L0B", "65536")
 
 
 def test_tiling_not_a_multiple_of_the_fractal():
     result = run_cli("run", "workloads/ffn_decode.yaml", "--set", "schedule.tiling.gate.base.k=100")
-    assert_user_error(result, "schedule.tiling.gate.base.k: 100 is not a multiple of the Cube "
-                              "fractal k=16")
+    assert_user_error(
+        result, "schedule.tiling.gate.base.k: 100 is not a multiple of the Cube fractal k=16"
+    )
 
 
 def test_json_refuses_to_overwrite_a_users_file(tmp_path):
@@ -92,11 +119,13 @@ def test_help(args):
 def test_readme_shows_real_output():
     """Each sample output in the README is what its command prints today, byte for byte."""
     from .refresh_readme import output_of, shown_blocks
+
     blocks = shown_blocks((ROOT / "README.md").read_text())
     assert [c for c, _ in blocks][:1] == ["python -m simulator run workloads/ffn_decode.yaml"]
     for command, shown in blocks:
         assert output_of(command) == shown, (
-            f"README block for '{command}' is stale; refresh: python -m tests.refresh_readme")
+            f"README block for '{command}' is stale; refresh: python -m tests.refresh_readme"
+        )
 
 
 def test_the_same_run_in_two_processes_writes_the_same_report_byte_for_byte(tmp_path):
@@ -109,9 +138,21 @@ def test_the_same_run_in_two_processes_writes_the_same_report_byte_for_byte(tmp_
     for seed in ("1", "2"):
         out = tmp_path / f"r{seed}.json"
         result = subprocess.run(
-            [sys.executable, "-m", "simulator", "run", "workloads/llama7b_decode_layer.yaml",
-             "--json", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300,
-            env={**os.environ, "PYTHONHASHSEED": seed})
+            [
+                sys.executable,
+                "-m",
+                "simulator",
+                "run",
+                "workloads/llama7b_decode_layer.yaml",
+                "--json",
+                str(out),
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env={**os.environ, "PYTHONHASHSEED": seed},
+        )
         assert result.returncode == 0, result.stderr
         outputs.append(out.read_bytes())
     assert outputs[0] == outputs[1]
@@ -141,17 +182,20 @@ def test_the_cli_pauses_the_garbage_collector_and_library_calls_do_not(monkeypat
 def test_help_and_import_leave_the_heavy_libraries_unloaded():
     """`--help` and `import simulator` stay quick because numpy, networkx, matplotlib and
     SimPy load only when a run needs them (benchmarks/engine_speed.py times the start-up)."""
-    code = ("import sys, io, contextlib\n"
-            "import simulator\n"
-            "from simulator import cli\n"
-            "with contextlib.redirect_stdout(io.StringIO()):\n"
-            "    try:\n"
-            "        cli.main(['--help'])\n"
-            "    except SystemExit:\n"
-            "        pass\n"
-            "print(sorted(m for m in ('numpy', 'networkx', 'matplotlib', 'simpy')"
-            " if m in sys.modules))\n")
-    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
-                            text=True, timeout=60)
+    code = (
+        "import sys, io, contextlib\n"
+        "import simulator\n"
+        "from simulator import cli\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n"
+        "        cli.main(['--help'])\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted(m for m in ('numpy', 'networkx', 'matplotlib', 'simpy')"
+        " if m in sys.modules))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -61,8 +61,10 @@ def test_second_read_hits_l2(tiny):
 
 def test_two_cores_streaming_share_hbm_equally(tiny):
     nbytes = 8192
-    program = one_kernel([[load("a", nbytes)], [load("b", nbytes)]],
-                         {"a": (1, nbytes // 2, 2), "b": (1, nbytes // 2, 2)})
+    program = one_kernel(
+        [[load("a", nbytes)], [load("b", nbytes)]],
+        {"a": (1, nbytes // 2, 2), "b": (1, nbytes // 2, 2)},
+    )
     records = simulate_program(program, tiny).records
     alone = MTE2 + L2_LAT + HBM_LAT + nbytes // 64
     for record in records:
@@ -82,12 +84,12 @@ def test_one_cube_base_block(tiny):
     move_a, move_b = by_label["moveA"], by_label["moveB"]
     mmad = next(r for r in trace.records if r.pipe == "CUBE")
     drain = next(r for r in trace.records if r.pipe == "FIXPIPE")
-    hbm_read = MTE2 + L2_LAT + HBM_LAT + 512 // 64                   # 138 per 512 B operand
+    hbm_read = MTE2 + L2_LAT + HBM_LAT + 512 // 64  # 138 per 512 B operand
     assert (load_a.start_cycle, load_a.end_cycle) == (100, 100 + hbm_read)
     assert (load_b.start_cycle, load_b.end_cycle) == (238, 238 + hbm_read)
     assert (move_a.start_cycle, move_a.end_cycle) == (238, 238 + 2 + 512 // 128)
     assert (move_b.start_cycle, move_b.end_cycle) == (376, 376 + 2 + 512 // 128)
-    assert (mmad.start_cycle, mmad.end_cycle) == (382, 382 + 4 + 1)   # one fractal: 1 cycle
+    assert (mmad.start_cycle, mmad.end_cycle) == (382, 382 + 4 + 1)  # one fractal: 1 cycle
     assert (drain.start_cycle, drain.end_cycle) == (387, 387 + 5 + L2_LAT + HBM_LAT + 512 // 64)
     assert report["cycles"] == 520
     assert report["stalls"]["CUBE"]["data"] == 382 - 100
@@ -126,15 +128,18 @@ def test_a_deadlock_is_diagnosed_with_the_waiting_pipe_and_the_flag(tiny):
     core = new_core_program()
     never = core.new_flag(0, "data")
     core.emit(Instr("CUBE", "mmad waiting forever", cycles=5, waits=[never]))
-    core.emit(Instr("VECTOR", "would set it", cycles=5, waits=[core.new_flag(0, "data")],
-                    sets=[never]))
+    core.emit(
+        Instr("VECTOR", "would set it", cycles=5, waits=[core.new_flag(0, "data")], sets=[never])
+    )
     kernel = KernelProgram("k", ("k",), False, "cube", "fp16", 0, [core], None, 0, 0)
     with pytest.raises(InvariantError) as info:
         simulate_program(Program([kernel], {}, 0), tiny)
     text = str(info.value)
     assert "deadlock at cycle 100: 0 of 2 instructions executed" in text
-    assert "core 0 CUBE #0 'mmad waiting forever' waits on flag 0 (data), set by: VECTOR #0 " \
-           "'would set it'" in text
+    assert (
+        "core 0 CUBE #0 'mmad waiting forever' waits on flag 0 (data), set by: VECTOR #0 "
+        "'would set it'" in text
+    )
 
 
 def test_a_run_past_its_cycle_budget_stops_with_a_clear_error(tiny):
@@ -185,7 +190,7 @@ def test_slots_taken_beyond_a_buffers_capacity_are_caught(tiny):
     from simulator.errors import InvariantError
 
     core = new_core_program()
-    for _ in range(2):      # two 8 KiB slots of the 8 KiB L0A, the first never freed
+    for _ in range(2):  # two 8 KiB slots of the 8 KiB L0A, the first never freed
         move = transfer("MTE1", "move", "L1", "L0A", 8192)
         move.acquire = ("L0A", 8192)
         core.emit(move)
@@ -196,6 +201,7 @@ def test_slots_taken_beyond_a_buffers_capacity_are_caught(tiny):
 
 def queued(hw, depth):
     from .helpers import with_queue_depth
+
     return with_queue_depth(hw, depth)
 
 
@@ -218,14 +224,16 @@ def test_a_full_queue_holds_the_next_transfer_until_the_oldest_lands(tiny):
     geometry = {t: (1, nbytes // 2, 2) for t in "abc"}
     records = simulate_program(one_kernel([loads], geometry), queued(tiny, 2)).records
     assert [r.start_cycle for r in records] == [LAUNCH, LAUNCH, LAUNCH + alone]
-    assert [r.end_cycle for r in records] == [LAUNCH + alone, LAUNCH + alone + 10,
-                                              LAUNCH + 2 * alone]
+    assert [r.end_cycle for r in records] == [
+        LAUNCH + alone,
+        LAUNCH + alone + 10,
+        LAUNCH + 2 * alone,
+    ]
 
 
 def test_on_chip_work_of_an_engine_waits_for_its_transfers_in_flight(tiny):
     move = transfer("MTE2", "move", "L1", "L0A", 128)
-    program = one_kernel([[load("a", 640), load("b", 640), move]],
-                         {t: (1, 320, 2) for t in "ab"})
+    program = one_kernel([[load("a", 640), load("b", 640), move]], {t: (1, 320, 2) for t in "ab"})
     *_, last = simulate_program(program, queued(tiny, 4)).records
     landed = LAUNCH + MTE2 + L2_LAT + HBM_LAT + 10 + 10
     assert (last.start_cycle, last.end_cycle) == (landed, landed + 2 + 1)
@@ -294,20 +302,28 @@ def test_same_address_reads_cross_the_l2_port_in_turn_where_the_chip_says_so(tin
     hw = replace(tiny, l2_serialises_same_address=serialise)
     nbytes = 4096
     program = one_kernel([[load("t", nbytes)]], {"t": (1, nbytes // 2, 2)})
-    program.kernels.append(one_kernel([[load("t", nbytes)], [load("t", nbytes)]],
-                                      {"t": (1, nbytes // 2, 2)}).kernels[0])
-    first, second = sorted((r for r in simulate_program(program, hw).records if r.kernel == 1),
-                           key=lambda r: r.end_cycle)
+    program.kernels.append(
+        one_kernel([[load("t", nbytes)], [load("t", nbytes)]], {"t": (1, nbytes // 2, 2)}).kernels[
+            0
+        ]
+    )
+    first, second = sorted(
+        (r for r in simulate_program(program, hw).records if r.kernel == 1),
+        key=lambda r: r.end_cycle,
+    )
     alone = MTE2 + L2_LAT + nbytes // 64
     assert first.end_cycle - first.start_cycle == alone
     assert second.end_cycle - second.start_cycle == alone + (nbytes // 64 if serialise else 0)
 
 
-@pytest.mark.parametrize("graph, gap, expected_second_start", [
-    (False, None, LAUNCH + 140 + LAUNCH),   # no gap given: each launch waits a whole overhead
-    (False, 10, LAUNCH + 140 + 10),         # issued at 200, the device free at 240 + 10
-    (True, 10, LAUNCH + 140 + 10),
-])
+@pytest.mark.parametrize(
+    "graph, gap, expected_second_start",
+    [
+        (False, None, LAUNCH + 140 + LAUNCH),  # no gap given: each launch waits a whole overhead
+        (False, 10, LAUNCH + 140 + 10),  # issued at 200, the device free at 240 + 10
+        (True, 10, LAUNCH + 140 + 10),
+    ],
+)
 def test_a_launch_overlaps_the_kernel_before_it(tiny, graph, gap, expected_second_start):
     """Two back-to-back kernels of one 640-byte load (140 cycles) each: the host issues the
     second while the first runs, so it starts a device gap after the first ends."""
@@ -346,5 +362,5 @@ def test_a_strided_run_costs_a_packet_per_element(tiny):
     program = one_kernel([[block]], {"v": (8, 32, 2)})
     program.slice_steps["v"] = 2
     [record] = simulate_program(program, hw).records
-    assert record.hbm_bytes == 2 * 8 * 32 * 2          # whole sectors around kept elements
+    assert record.hbm_bytes == 2 * 8 * 32 * 2  # whole sectors around kept elements
     assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + HBM_LAT + 256 * 128 // 64

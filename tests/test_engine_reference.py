@@ -23,25 +23,37 @@ def records_of(world_class, workload):
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(case=cases(), epilogue=EPILOGUES, split=st.sampled_from([1, 2, "blocks"]),
-       depth=st.sampled_from([1, 2, 5]), serialise=st.booleans(),
-       gap=st.sampled_from([None, 7]), graph=st.booleans(), registers=st.booleans(),
-       fusion=st.sampled_from(["none", "auto"]))
-def test_running_ahead_gives_the_times_of_a_process_per_pipe(tiny, case, epilogue, split,
-                                                               depth, serialise, gap, graph,
-                                                               registers, fusion):
+@given(
+    case=cases(),
+    epilogue=EPILOGUES,
+    split=st.sampled_from([1, 2, "blocks"]),
+    depth=st.sampled_from([1, 2, 5]),
+    serialise=st.booleans(),
+    gap=st.sampled_from([None, 7]),
+    graph=st.booleans(),
+    registers=st.booleans(),
+    fusion=st.sampled_from(["none", "auto"]),
+)
+def test_running_ahead_gives_the_times_of_a_process_per_pipe(
+    tiny, case, epilogue, split, depth, serialise, gap, graph, registers, fusion
+):
     m, n, k, tiling = case
     tiling = dict(tiling, split=split if split == "blocks" else {"m": 1, "n": split})
-    hw = replace(with_queue_depth(tiny, depth), l2_serialises_same_address=serialise,
-                 kernel_gap_cycles=gap, graph_launch=graph, epilogue_in_registers=registers)
-    workload = replace(legal_workload(tiny, (m, n, k, tiling), epilogue), hardware=hw,
-                       fusion=fusion)
+    hw = replace(
+        with_queue_depth(tiny, depth),
+        l2_serialises_same_address=serialise,
+        kernel_gap_cycles=gap,
+        graph_launch=graph,
+        epilogue_in_registers=registers,
+    )
+    workload = replace(
+        legal_workload(tiny, (m, n, k, tiling), epilogue), hardware=hw, fusion=fusion
+    )
     assert records_of(World, workload) == records_of(ProcessPerPipeWorld, workload)
 
 
 def test_the_reference_agrees_on_a_decode_ffn(ascend):
     from simulator import load_workload
 
-    workload = load_workload("workloads/ffn_decode.yaml", ["params.hidden=512",
-                                                           "params.ffn=1024"])
+    workload = load_workload("workloads/ffn_decode.yaml", ["params.hidden=512", "params.ffn=1024"])
     assert records_of(World, workload) == records_of(ProcessPerPipeWorld, workload)

@@ -28,24 +28,44 @@ def test_sweep_rows_are_in_grid_order_and_identical_across_worker_counts():
     parallel = sim.sweep("workloads/ffn_decode.yaml", grid, workers=2)
     assert serial == parallel
     assert [(r["params.tokens"], r["schedule.fusion"]) for r in serial] == [
-        (1, "none"), (1, "auto"), (16, "none"), (16, "auto")]
+        (1, "none"),
+        (1, "auto"),
+        (16, "none"),
+        (16, "auto"),
+    ]
     assert all(r["error"] == "" and r["time_us"] > 0 for r in serial)
 
 
 @settings(max_examples=10, deadline=None)
-@given(tokens=st.lists(st.integers(1, 96), min_size=1, max_size=3, unique=True),
-       widths=st.lists(st.integers(1, 128), min_size=1, max_size=2, unique=True),
-       base_n=st.sampled_from([16, 32, 64, 4096]), workers=st.integers(2, 3))
+@given(
+    tokens=st.lists(st.integers(1, 96), min_size=1, max_size=3, unique=True),
+    widths=st.lists(st.integers(1, 128), min_size=1, max_size=2, unique=True),
+    base_n=st.sampled_from([16, 32, 64, 4096]),
+    workers=st.integers(2, 3),
+)
 def test_sweeps_give_the_same_rows_for_any_worker_count(tokens, widths, base_n, workers):
     """Random grids on the tiny chip (illegal tilings included): every row, bit for bit."""
-    raw = {"name": "linear", "hardware": "tiny", "params": {"m": 1, "n": 64, "k": 96},
-           "tensors": {"x": {"shape": ["m", "k"]}, "w": {"shape": ["k", "n"], "kind": "weight"},
-                       "bias": {"shape": ["n"], "kind": "weight"}},
-           "ops": [{"name": "mm", "op": "matmul", "inputs": ["x", "w"], "output": "y"},
-                   {"name": "b", "op": "bias_add", "inputs": ["y", "bias"], "output": "z"},
-                   {"name": "g", "op": "gelu", "inputs": ["z"], "output": "out"}]}
-    grid = {"params.m": tokens, "params.n": widths, "schedule.fusion": ["none", "auto"],
-            "schedule.tiling.mm.base.n": [base_n]}
+    raw = {
+        "name": "linear",
+        "hardware": "tiny",
+        "params": {"m": 1, "n": 64, "k": 96},
+        "tensors": {
+            "x": {"shape": ["m", "k"]},
+            "w": {"shape": ["k", "n"], "kind": "weight"},
+            "bias": {"shape": ["n"], "kind": "weight"},
+        },
+        "ops": [
+            {"name": "mm", "op": "matmul", "inputs": ["x", "w"], "output": "y"},
+            {"name": "b", "op": "bias_add", "inputs": ["y", "bias"], "output": "z"},
+            {"name": "g", "op": "gelu", "inputs": ["z"], "output": "out"},
+        ],
+    }
+    grid = {
+        "params.m": tokens,
+        "params.n": widths,
+        "schedule.fusion": ["none", "auto"],
+        "schedule.tiling.mm.base.n": [base_n],
+    }
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "linear.yaml"
         path.write_text(yaml.safe_dump(raw))
@@ -55,21 +75,38 @@ def test_sweeps_give_the_same_rows_for_any_worker_count(tokens, widths, base_n, 
 
 
 def test_an_illegal_point_is_a_row_with_its_reason():
-    rows = sim.sweep("workloads/ffn_decode.yaml",
-                     ["schedule.tiling.default.base.k=64,4096"], workers=1)
+    rows = sim.sweep(
+        "workloads/ffn_decode.yaml", ["schedule.tiling.default.base.k=64,4096"], workers=1
+    )
     assert rows[0]["error"] == "" and rows[0]["time_us"] > 0
     assert "does not fit L0A" in rows[1]["error"] and rows[1]["time_us"] is None
 
 
 def test_sweep_cli_writes_csv_and_plot(tmp_path):
     out, plot = tmp_path / "s.csv", tmp_path / "s.png"
-    result = run_cli("sweep", "workloads/ffn_decode.yaml", "--grid", "params.tokens=1,8",
-                     "--grid", "schedule.fusion=none,auto", "--csv", str(out), "--plot",
-                     str(plot), "--workers", "2")
+    result = run_cli(
+        "sweep",
+        "workloads/ffn_decode.yaml",
+        "--grid",
+        "params.tokens=1,8",
+        "--grid",
+        "schedule.fusion=none,auto",
+        "--csv",
+        str(out),
+        "--plot",
+        str(plot),
+        "--workers",
+        "2",
+    )
     assert result.returncode == 0, result.stderr
     rows = list(csv.DictReader(out.open()))
-    assert len(rows) == 4 and {"params.tokens", "schedule.fusion", "time_us", "bound",
-                               "error"} <= set(rows[0])
+    assert len(rows) == 4 and {
+        "params.tokens",
+        "schedule.fusion",
+        "time_us",
+        "bound",
+        "error",
+    } <= set(rows[0])
     assert plot.read_bytes()[:8] == PNG
 
 
@@ -79,9 +116,12 @@ def test_sweep_cli_refuses_bad_grids():
 
 
 def small_gemm(tiny, m=64, n=64, k=128):
-    raw = {"name": "g", "hardware": "tiny", "tensors": {"a": {"shape": [m, k]},
-                                                        "b": {"shape": [k, n]}},
-           "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}]}
+    raw = {
+        "name": "g",
+        "hardware": "tiny",
+        "tensors": {"a": {"shape": [m, k]}, "b": {"shape": [k, n]}},
+        "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}],
+    }
     return parse_workload(raw, "g.yaml", tiny)
 
 
@@ -115,14 +155,24 @@ def test_tune_write_into_another_folder_keeps_the_hardware_file(tmp_path):
     from .test_hostile import BASE, HW
 
     (tmp_path / "project" / "chips").mkdir(parents=True)
-    (tmp_path / "project" / "chips" / "mine.yaml").write_text(HW.replace("name: tiny",
-                                                                         "name: mine"))
+    (tmp_path / "project" / "chips" / "mine.yaml").write_text(
+        HW.replace("name: tiny", "name: mine")
+    )
     workload = tmp_path / "project" / "w.yaml"
     workload.write_text(BASE.replace("hardware: tiny", "hardware: chips/mine.yaml"))
     (tmp_path / "results" / "tuned").mkdir(parents=True)
     out = tmp_path / "results" / "tuned" / "w.yaml"
-    result = run_cli("tune", str(workload), "--workers", "1", "--write", str(out), "--set",
-                     "params.m=16", cwd=tmp_path / "results")
+    result = run_cli(
+        "tune",
+        str(workload),
+        "--workers",
+        "1",
+        "--write",
+        str(out),
+        "--set",
+        "params.m=16",
+        cwd=tmp_path / "results",
+    )
     assert result.returncode == 0, result.stderr
     assert "hardware: ../../project/chips/mine.yaml" in out.read_text()
     tuned = sim.load_workload(out)
@@ -134,16 +184,25 @@ def test_tune_write_into_another_folder_keeps_the_hardware_file(tmp_path):
 
 def test_chrome_trace_structure_and_busy_cycles(tmp_path):
     path = tmp_path / "trace.json"
-    result = run_cli("run", "workloads/matmul_residual_rmsnorm.yaml", "--trace", str(path),
-                     "--json", str(tmp_path / "r.json"))
+    result = run_cli(
+        "run",
+        "workloads/matmul_residual_rmsnorm.yaml",
+        "--trace",
+        str(path),
+        "--json",
+        str(tmp_path / "r.json"),
+    )
     assert result.returncode == 0, result.stderr
     trace = json.loads(path.read_text())
     report = json.loads((tmp_path / "r.json").read_text())
     events = trace["traceEvents"]
     slices = [e for e in events if e["ph"] == "X"]
     assert slices and all({"pid", "tid", "ts", "dur", "name", "args"} <= set(e) for e in slices)
-    names = {(e["pid"], e["tid"]): e["args"]["name"] for e in events
-             if e["ph"] == "M" and e["name"] == "thread_name"}
+    names = {
+        (e["pid"], e["tid"]): e["args"]["name"]
+        for e in events
+        if e["ph"] == "M" and e["name"] == "thread_name"
+    }
     assert {name for name in names.values()} >= {"MTE2", "MTE1", "CUBE", "FIXPIPE"}
     counters = {e["name"] for e in events if e["ph"] == "C"}
     assert "HBM bandwidth (GB/s)" in counters and any("occupancy" in c for c in counters)
@@ -151,14 +210,23 @@ def test_chrome_trace_structure_and_busy_cycles(tmp_path):
     by_track = defaultdict(list)
     for e in slices:
         by_track[(e["pid"], e["tid"])].append((e["ts"], e["ts"] + e["dur"]))
-    for spans in by_track.values():     # slices on one track never overlap
+    for spans in by_track.values():  # slices on one track never overlap
         spans.sort()
-        assert all(end <= next_start + 1e-9 for (_, end), (next_start, _) in
-                   zip(spans, spans[1:]))
+        assert all(end <= next_start + 1e-9 for (_, end), (next_start, _) in zip(spans, spans[1:]))
     for pipe, unit in (("CUBE", "cube"), ("MTE2", "MTE2"), ("MTE1", "MTE1")):
-        busy = sum(_union_length([(e["ts"], e["ts"] + e["dur"]) for e in slices
-                                  if e["cat"] == pipe and e["pid"] == pid])
-                   for pid in {e["pid"] for e in slices}) * cycles_per_us
+        busy = (
+            sum(
+                _union_length(
+                    [
+                        (e["ts"], e["ts"] + e["dur"])
+                        for e in slices
+                        if e["cat"] == pipe and e["pid"] == pid
+                    ]
+                )
+                for pid in {e["pid"] for e in slices}
+            )
+            * cycles_per_us
+        )
         expected = report["utilization"][unit] * report["cycles"] * report["cores"]
         assert busy == pytest.approx(expected, rel=1e-9)
 
@@ -191,13 +259,25 @@ def test_sweep_on_a_dask_cluster_gives_the_local_rows(tmp_path):
     distributed = pytest.importorskip("distributed")
     grid = ["params.tokens=1,16", "schedule.fusion=none,auto"]
     local = sim.sweep("workloads/ffn_decode.yaml", grid, workers=1)
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as cluster:
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
         remote = sim.sweep("workloads/ffn_decode.yaml", grid, scheduler=cluster.scheduler_address)
         out = tmp_path / "dask.csv"
-        result = run_cli("sweep", "workloads/ffn_decode.yaml", "--grid", grid[0], "--grid",
-                         grid[1], "--executor", "dask", "--scheduler",
-                         cluster.scheduler_address, "--csv", str(out))
+        result = run_cli(
+            "sweep",
+            "workloads/ffn_decode.yaml",
+            "--grid",
+            grid[0],
+            "--grid",
+            grid[1],
+            "--executor",
+            "dask",
+            "--scheduler",
+            cluster.scheduler_address,
+            "--csv",
+            str(out),
+        )
     assert remote == local
     assert result.returncode == 0, result.stderr
     assert len(list(csv.DictReader(out.open()))) == 4
@@ -206,8 +286,14 @@ def test_sweep_on_a_dask_cluster_gives_the_local_rows(tmp_path):
 def test_gpu_calibration_exits_cleanly_without_cuda():
     import subprocess
     import sys
-    result = subprocess.run([sys.executable, "benchmarks/calibrate_gpu.py", "--shapes", "1"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+    result = subprocess.run(
+        [sys.executable, "benchmarks/calibrate_gpu.py", "--shapes", "1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     assert "calibrate_gpu" in result.stdout or "median absolute error" in result.stdout
 
@@ -216,8 +302,14 @@ def test_the_validation_table_runs_and_reports_its_error():
     """benchmarks/validate.py: one GEMV case, measured against simulated, with the median."""
     import subprocess
     import sys
-    result = subprocess.run([sys.executable, "benchmarks/validate.py", "--only", "V2"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+    result = subprocess.run(
+        [sys.executable, "benchmarks/validate.py", "--only", "V2"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr
     [row] = [line for line in result.stdout.splitlines() if line.startswith("V2 ")]
     assert "2.9 TF" in row and "%" in row
@@ -238,7 +330,7 @@ def test_an_interrupted_sweep_keeps_the_points_that_finished(tmp_path, monkeypat
     workload = tmp_path / "w.yaml"
     workload.write_text(BASE)
     out = tmp_path / "s.csv"
-    sweeps = importlib.import_module("simulator.sweep")    # the package's `sweep` is the function
+    sweeps = importlib.import_module("simulator.sweep")  # the package's `sweep` is the function
     run_point = sweeps.run_point
     calls = []
 
@@ -249,8 +341,18 @@ def test_an_interrupted_sweep_keeps_the_points_that_finished(tmp_path, monkeypat
         return run_point(job)
 
     monkeypatch.setattr(sweeps, "run_point", interrupted_at_the_third)
-    code = main(["sweep", str(workload), "--grid", "params.m=16,32,48,64", "--workers", "1",
-                 "--csv", str(out)])
+    code = main(
+        [
+            "sweep",
+            str(workload),
+            "--grid",
+            "params.m=16,32,48,64",
+            "--workers",
+            "1",
+            "--csv",
+            str(out),
+        ]
+    )
     assert code == 130
     assert "the 2 of 4 points that finished are in" in capsys.readouterr().err
     rows = list(csv.DictReader(out.open()))
@@ -263,9 +365,20 @@ def test_a_finished_sweep_csv_is_in_grid_order(tmp_path):
     workload = tmp_path / "w.yaml"
     workload.write_text(BASE)
     out = tmp_path / "s.csv"
-    result = run_cli("sweep", str(workload), "--grid", "params.m=64,16,48,32", "--grid",
-                     "params.n=32,16", "--workers", "2", "--csv", str(out))
+    result = run_cli(
+        "sweep",
+        str(workload),
+        "--grid",
+        "params.m=64,16,48,32",
+        "--grid",
+        "params.n=32,16",
+        "--workers",
+        "2",
+        "--csv",
+        str(out),
+    )
     assert result.returncode == 0, result.stderr
     rows = list(csv.DictReader(out.open()))
     assert [(r["params.m"], r["params.n"]) for r in rows] == [
-        (m, n) for m in ("64", "16", "48", "32") for n in ("32", "16")]
+        (m, n) for m in ("64", "16", "48", "32") for n in ("32", "16")
+    ]

@@ -15,10 +15,12 @@ def test_the_report_is_the_golden_one(workload, chip):
     path = golden_path(workload, chip)
     assert path.exists(), f"no golden report {path.name}: run python -m tests.refresh_golden"
     moved = differences(json.loads(path.read_text()), report_of(workload, chip))
-    assert not moved, (f"{path.name} differs in {len(moved)} places, first: "
-                       + "; ".join(moved[:5])
-                       + ". If the change is meant, run python -m tests.refresh_golden and "
-                         "commit the files with it")
+    assert not moved, (
+        f"{path.name} differs in {len(moved)} places, first: "
+        + "; ".join(moved[:5])
+        + ". If the change is meant, run python -m tests.refresh_golden and "
+        "commit the files with it"
+    )
 
 
 def test_every_golden_file_belongs_to_a_case():

@@ -7,23 +7,35 @@ from simulator.errors import ConfigError
 
 
 def problems(tiny, tensors, ops, params=None):
-    raw = {"name": "t", "hardware": "tiny", "params": params or {},
-           "tensors": {name: spec if isinstance(spec, dict) else {"shape": spec}
-                       for name, spec in tensors.items()},
-           "ops": ops}
+    raw = {
+        "name": "t",
+        "hardware": "tiny",
+        "params": params or {},
+        "tensors": {
+            name: spec if isinstance(spec, dict) else {"shape": spec}
+            for name, spec in tensors.items()
+        },
+        "ops": ops,
+    }
     with pytest.raises(ConfigError) as info:
         parse_workload(raw, "g.yaml", tiny)
     return info.value.problems
 
 
 def op(name, kind, inputs, output, **attrs):
-    return {"name": name, "op": kind, "inputs": inputs, "output": output,
-            **({"attrs": attrs} if attrs else {})}
+    return {
+        "name": name,
+        "op": kind,
+        "inputs": inputs,
+        "output": output,
+        **({"attrs": attrs} if attrs else {}),
+    }
 
 
 def test_cycle(tiny):
-    [p] = problems(tiny, {"x": [16, 16]}, [op("a", "add", ["x", "c"], "b"),
-                                           op("r", "relu", ["b"], "c")])
+    [p] = problems(
+        tiny, {"x": [16, 16]}, [op("a", "add", ["x", "c"], "b"), op("r", "relu", ["b"], "c")]
+    )
     assert p.startswith("ops[0] (a)") and "form a cycle" in p and "a → r → a" in p
     assert "b, c" in p
 
@@ -34,8 +46,9 @@ def test_input_nobody_produces(tiny):
 
 
 def test_tensor_produced_twice(tiny):
-    [p] = problems(tiny, {"x": [16, 16]}, [op("a", "relu", ["x"], "y"),
-                                           op("b", "gelu", ["x"], "y")])
+    [p] = problems(
+        tiny, {"x": [16, 16]}, [op("a", "relu", ["x"], "y"), op("b", "gelu", ["x"], "y")]
+    )
     assert p.startswith("ops[1] (b).output") and "already produced by op 'a'" in p
 
 
@@ -51,8 +64,9 @@ def test_matmul_inner_dimensions(tiny):
 
 
 def test_batch_dims_must_match(tiny):
-    [p] = problems(tiny, {"a": [2, 4, 8], "b": [3, 8, 4]},
-                   [op("bmm", "batch_matmul", ["a", "b"], "c")])
+    [p] = problems(
+        tiny, {"a": [2, 4, 8], "b": [3, 8, 4]}, [op("bmm", "batch_matmul", ["a", "b"], "c")]
+    )
     assert "batch dims differ" in p and "ops[0] (bmm)" in p
 
 
@@ -66,20 +80,31 @@ def test_residual_must_broadcast(tiny):
     assert "r [2, 8] does not broadcast to x [4, 8]" in p
 
 
-@pytest.mark.parametrize("dtypes, message", [
-    (("fp16", "int8"), "x is fp16 but w is int8"),
-    (("fp32", "fp32"), "the Cube has no fp32 mode"),
-])
+@pytest.mark.parametrize(
+    "dtypes, message",
+    [
+        (("fp16", "int8"), "x is fp16 but w is int8"),
+        (("fp32", "fp32"), "the Cube has no fp32 mode"),
+    ],
+)
 def test_unsupported_matmul_dtypes(tiny, dtypes, message):
-    [p] = problems(tiny, {"x": {"shape": [16, 16], "dtype": dtypes[0]},
-                          "w": {"shape": [16, 16], "dtype": dtypes[1]}},
-                   [op("mm", "matmul", ["x", "w"], "y")])
+    [p] = problems(
+        tiny,
+        {
+            "x": {"shape": [16, 16], "dtype": dtypes[0]},
+            "w": {"shape": [16, 16], "dtype": dtypes[1]},
+        },
+        [op("mm", "matmul", ["x", "w"], "y")],
+    )
     assert message in p and p.startswith("ops[0] (mm).inputs")
 
 
 def test_elementwise_dtypes_must_agree(tiny):
-    [p] = problems(tiny, {"x": {"shape": [4, 8]}, "y": {"shape": [4, 8], "dtype": "fp32"}},
-                   [op("a", "add", ["x", "y"], "z")])
+    [p] = problems(
+        tiny,
+        {"x": {"shape": [4, 8]}, "y": {"shape": [4, 8], "dtype": "fp32"}},
+        [op("a", "add", ["x", "y"], "z")],
+    )
     assert "add of fp16 x and fp32 y" in p
 
 
@@ -103,10 +128,13 @@ def test_reshape_must_keep_the_element_count(tiny):
     assert "reshape of x [4, 8] (32 elements) to [3, 8] (24 elements)" in p
 
 
-@pytest.mark.parametrize("attrs, message", [
-    ({"transpose": True}, "matmul has no attribute 'transpose'"),
-    ({"transpose_b": "yes"}, "attribute transpose_b: expected true or false"),
-])
+@pytest.mark.parametrize(
+    "attrs, message",
+    [
+        ({"transpose": True}, "matmul has no attribute 'transpose'"),
+        ({"transpose_b": "yes"}, "attribute transpose_b: expected true or false"),
+    ],
+)
 def test_bad_attributes(tiny, attrs, message):
     [p] = problems(tiny, {"a": [4, 8], "b": [8, 4]}, [op("mm", "matmul", ["a", "b"], "c", **attrs)])
     assert p.startswith("ops[0] (mm).attrs") and message in p
@@ -124,30 +152,45 @@ def test_wrong_arity(tiny):
 
 def test_one_mistake_is_reported_once(tiny):
     """Everything downstream of a broken op is skipped, not blamed."""
-    ps = problems(tiny, {"x": [4, 8]}, [op("a", "add", ["x"], "y"), op("r", "relu", ["y"], "z"),
-                                        op("g", "gelu", ["z"], "w")])
+    ps = problems(
+        tiny,
+        {"x": [4, 8]},
+        [op("a", "add", ["x"], "y"), op("r", "relu", ["y"], "z"), op("g", "gelu", ["z"], "w")],
+    )
     assert len(ps) == 1
 
 
 def test_ops_may_be_listed_in_any_order(tiny):
-    raw = {"name": "t", "hardware": "tiny", "tensors": {"x": {"shape": [16, 16]}},
-           "ops": [op("g", "gelu", ["y"], "z"), op("r", "relu", ["x"], "y")]}
+    raw = {
+        "name": "t",
+        "hardware": "tiny",
+        "tensors": {"x": {"shape": [16, 16]}},
+        "ops": [op("g", "gelu", ["y"], "z"), op("r", "relu", ["x"], "y")],
+    }
     w = parse_workload(raw, "g.yaml", tiny)
     assert [o.name for o in w.ops] == ["r", "g"]
     assert w.tensors["z"].shape == (16, 16)
 
 
 def test_transposed_batch_matmul_shapes(tiny):
-    raw = {"name": "t", "hardware": "tiny",
-           "tensors": {"q": {"shape": [4, 1, 32]}, "k": {"shape": [4, 64, 32]}},
-           "ops": [op("qk", "batch_matmul", ["q", "k"], "s", transpose_b=True)]}
+    raw = {
+        "name": "t",
+        "hardware": "tiny",
+        "tensors": {"q": {"shape": [4, 1, 32]}, "k": {"shape": [4, 64, 32]}},
+        "ops": [op("qk", "batch_matmul", ["q", "k"], "s", transpose_b=True)],
+    }
     w = parse_workload(raw, "g.yaml", tiny)
     assert w.tensors["s"].shape == (4, 1, 64)
 
 
 def test_int8_matmul_accumulates_in_int32(tiny):
-    raw = {"name": "t", "hardware": "tiny",
-           "tensors": {"x": {"shape": [16, 32], "dtype": "int8"},
-                       "w": {"shape": [32, 16], "dtype": "int8"}},
-           "ops": [op("mm", "matmul", ["x", "w"], "y")]}
+    raw = {
+        "name": "t",
+        "hardware": "tiny",
+        "tensors": {
+            "x": {"shape": [16, 32], "dtype": "int8"},
+            "w": {"shape": [32, 16], "dtype": "int8"},
+        },
+        "ops": [op("mm", "matmul", ["x", "w"], "y")],
+    }
     assert parse_workload(raw, "g.yaml", tiny).tensors["y"].dtype == "int32"

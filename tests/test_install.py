@@ -18,24 +18,41 @@ def listed_packages() -> set[str]:
 
 
 def test_setup_cfg_lists_every_package():
-    found = {".".join(p.parent.relative_to(ROOT).parts)
-             for p in (ROOT / "simulator").rglob("__init__.py")}
+    found = {
+        ".".join(p.parent.relative_to(ROOT).parts)
+        for p in (ROOT / "simulator").rglob("__init__.py")
+    }
     assert listed_packages() == found | {"simulator.hw_models"}
 
 
 def test_version_flag():
     from simulator import __version__
 
-    result = subprocess.run([sys.executable, "-m", "simulator", "--version"],
-                            capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, "-m", "simulator", "--version"], capture_output=True, text=True, cwd=ROOT
+    )
     assert result.returncode == 0
     assert result.stdout.strip() == f"npu-memsim {__version__}"
 
 
 def test_built_wheel_runs_the_main_job_from_another_directory(tmp_path):
-    build = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
-                            "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(ROOT)],
-                           capture_output=True, text=True, timeout=300)
+    build = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "dist"),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert build.returncode == 0, build.stderr
     wheel = next((tmp_path / "dist").glob("*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
@@ -43,18 +60,41 @@ def test_built_wheel_runs_the_main_job_from_another_directory(tmp_path):
         assert f"simulator/hw_models/{preset.name}" in names
     # install the wheel alone into a folder of its own and run it from an unrelated folder
     target = tmp_path / "site"
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q",
-                              "--target", str(target), str(wheel)],
-                             capture_output=True, text=True, timeout=300)
+    install = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "-q",
+            "--target",
+            str(target),
+            str(wheel),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert install.returncode == 0, install.stderr
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     env = {**os.environ, "PYTHONPATH": str(target)}
-    where = subprocess.run([sys.executable, "-c", "import simulator; print(simulator.__file__)"],
-                           capture_output=True, text=True, cwd=elsewhere, env=env)
+    where = subprocess.run(
+        [sys.executable, "-c", "import simulator; print(simulator.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+    )
     assert Path(where.stdout.strip()).is_relative_to(target)
-    result = subprocess.run([sys.executable, "-m", "simulator", "run",
-                             str(ROOT / "workloads" / "ffn_decode.yaml")],
-                            capture_output=True, text=True, cwd=elsewhere, env=env, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-m", "simulator", "run", str(ROOT / "workloads" / "ffn_decode.yaml")],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert "llama7b-ffn-decode on ascend910" in result.stdout

@@ -14,9 +14,12 @@ from .helpers import matmul_workload
 
 
 def vector_workload(hw, tensors, op, inputs):
-    raw = {"name": "t", "hardware": hw.name,
-           "tensors": {name: {"shape": shape, **extra} for name, (shape, extra) in tensors.items()},
-           "ops": [{"name": "v", "op": op, "inputs": inputs, "output": "out"}]}
+    raw = {
+        "name": "t",
+        "hardware": hw.name,
+        "tensors": {name: {"shape": shape, **extra} for name, (shape, extra) in tensors.items()},
+        "ops": [{"name": "v", "op": op, "inputs": inputs, "output": "out"}],
+    }
     return parse_workload(raw, "t.yaml", hw)
 
 
@@ -34,8 +37,12 @@ def test_broadcast_inputs_are_read_once(tiny, bias_shape):
 
 
 def test_ub_slots_are_sized_per_input_dtype(tiny):
-    w = vector_workload(tiny, {"x": ([64, 256], {"dtype": "int8"}),
-                               "s": ([64, 256], {"dtype": "fp32"})}, "dequantize", ["x", "s"])
+    w = vector_workload(
+        tiny,
+        {"x": ([64, 256], {"dtype": "int8"}), "s": ([64, 256], {"dtype": "fp32"})},
+        "dequantize",
+        ["x", "s"],
+    )
     report = simulate(w).to_dict()
     assert report["peak_buffer_bytes"]["UB"] <= tiny.buffer_bytes["UB"]
     # the fp32 scale needs four times the UB of the int8 input
@@ -44,10 +51,12 @@ def test_ub_slots_are_sized_per_input_dtype(tiny):
 
 def test_a_hit_on_cells_still_being_fetched_waits_for_them(tiny):
     """Two cores need the same B block; the second cannot have it before it lands in L2."""
-    w = matmul_workload(tiny, 32, 32, 32, tiling={"base": {"m": 16, "n": 32, "k": 32},
-                                                  "split": {"m": 2, "n": 1}})
-    records = [r for r in simulate_program(lower_workload(w), tiny).records
-               if r.label.startswith("load B")]
+    w = matmul_workload(
+        tiny, 32, 32, 32, tiling={"base": {"m": 16, "n": 32, "k": 32}, "split": {"m": 2, "n": 1}}
+    )
+    records = [
+        r for r in simulate_program(lower_workload(w), tiny).records if r.label.startswith("load B")
+    ]
     miss = next(r for r in records if r.hbm_bytes)
     hit = next(r for r in records if r.l2_hit_bytes)
     assert hit.end_cycle >= miss.end_cycle + hit.l2_hit_bytes // 64
@@ -63,8 +72,12 @@ def test_streaming_op_reads_each_byte_once(tiny, cols):
 
 
 @settings(max_examples=400, deadline=None)
-@given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 20000),
-       chip=st.sampled_from(["tiny", "ascend910"]))
+@given(
+    m=st.integers(1, 20000),
+    n=st.integers(1, 20000),
+    k=st.integers(1, 20000),
+    chip=st.sampled_from(["tiny", "ascend910"]),
+)
 def test_the_derived_default_tiling_is_always_legal(tiny, ascend, m, n, k, chip):
     hw = tiny if chip == "tiny" else ascend
     w = matmul_workload(hw, m, n, k)
@@ -83,7 +96,9 @@ def test_a_cluster_shares_the_operand_its_cores_stage_alike(tiny, split, shared)
     program = lower_workload(workload)
     loads = [i for core in program.kernels[0].cores for i in core.queues["MTE2"]]
     assert {i.label.split()[1]: i.multicast for i in loads} == {
-        "A": 2 if shared == "A" else 1, "B": 2 if shared == "B" else 1}
+        "A": 2 if shared == "A" else 1,
+        "B": 2 if shared == "B" else 1,
+    }
     report = simulate(workload).to_dict()
     alone = simulate(matmul_workload(tiny, 64, 64, 64, tiling=tiling)).to_dict()
     assert report["traffic"]["L2"]["multicast_bytes"] > 0
@@ -99,14 +114,18 @@ def test_split_blocks_deals_whole_blocks_to_the_cores_in_waves(tiny):
     tiling = {"base": {"m": 32, "n": 32, "k": 32}, "split": "blocks"}
     workload = matmul_workload(tiny, 32, 96, 32, tiling=tiling)
     kernel = lower_workload(workload).kernels[0]
-    columns = [sorted({i.region.col0 for i in core.queues["MTE2"] if i.region.tensor == "b"})
-               for core in kernel.cores]
+    columns = [
+        sorted({i.region.col0 for i in core.queues["MTE2"] if i.region.tensor == "b"})
+        for core in kernel.cores
+    ]
     assert columns == [[0, 64], [32]]
     assert kernel.tiling["split"] == {"b": 1, "m": 1, "n": 3, "blocks": True}
     assert describe_tiling(kernel.tiling).endswith("split blocks 1x3")
-    b_loaded = [sum(i.nbytes for i in core.queues["MTE2"] if i.region.tensor == "b")
-                for core in kernel.cores]
-    assert b_loaded[0] == 2 * b_loaded[1]       # (core 0 keeps its A block between cells)
+    b_loaded = [
+        sum(i.nbytes for i in core.queues["MTE2"] if i.region.tensor == "b")
+        for core in kernel.cores
+    ]
+    assert b_loaded[0] == 2 * b_loaded[1]  # (core 0 keeps its A block between cells)
     one_wave = simulate(matmul_workload(tiny, 32, 64, 32, tiling=tiling)).to_dict()
     assert simulate(workload).to_dict()["cycles"] > one_wave["cycles"]
 
@@ -122,8 +141,10 @@ def test_an_epilogue_in_registers_works_on_the_accumulators_in_place(tiny):
     stores from L0C; UB holds only the bias."""
     from dataclasses import replace
 
-    epilogue = ({"name": "b", "op": "bias_add", "inputs": ["c", "bias"], "output": "d"},
-                {"name": "g", "op": "gelu", "inputs": ["d"], "output": "e"})
+    epilogue = (
+        {"name": "b", "op": "bias_add", "inputs": ["c", "bias"], "output": "d"},
+        {"name": "g", "op": "gelu", "inputs": ["d"], "output": "e"},
+    )
     raw = matmul_workload(tiny, 64, 64, 64, extra_ops=epilogue)
     in_ub = replace(raw, fusion="auto")
     in_registers = replace(in_ub, hardware=replace(tiny, epilogue_in_registers=True))
@@ -134,9 +155,10 @@ def test_an_epilogue_in_registers_works_on_the_accumulators_in_place(tiny):
     assert ("L0C", "UB") not in moves and ("L0C", "HBM") in moves
     assert not any(core.queues["MTE3"] for core in kernel.cores)
     assert kernel.buffer_plan_bytes["UB"] < ub_kernel.buffer_plan_bytes["UB"]
-    fused = simulate(in_registers).to_dict()        # physics checked by the report itself
+    fused = simulate(in_registers).to_dict()  # physics checked by the report itself
     assert fused["traffic"]["UB"]["write_bytes"] == sum(
-        i.nbytes for core in kernel.cores for i in core.queues["MTE2"] if i.dst == "UB")
+        i.nbytes for core in kernel.cores for i in core.queues["MTE2"] if i.dst == "UB"
+    )
     assert fused["cycles"] < simulate(in_ub).to_dict()["cycles"]
 
 
@@ -152,13 +174,16 @@ def test_a_row_wise_epilogue_keeps_to_ub_even_where_epilogues_use_registers(tiny
 
 
 def slice_workload(hw, step, strided="direct"):
-    raw = {"name": "strided", "hardware": hw.name,
-           "tensors": {"a": {"shape": [32, 128]}, "b": {"shape": [128 // step, 32],
-                                                        "kind": "weight"}},
-           "ops": [{"name": "s", "op": "slice", "inputs": ["a"], "output": "a2",
-                    "attrs": {"step": step}},
-                   {"name": "mm", "op": "matmul", "inputs": ["a2", "b"], "output": "c"}],
-           "schedule": {"strided": strided}}
+    raw = {
+        "name": "strided",
+        "hardware": hw.name,
+        "tensors": {"a": {"shape": [32, 128]}, "b": {"shape": [128 // step, 32], "kind": "weight"}},
+        "ops": [
+            {"name": "s", "op": "slice", "inputs": ["a"], "output": "a2", "attrs": {"step": step}},
+            {"name": "mm", "op": "matmul", "inputs": ["a2", "b"], "output": "c"},
+        ],
+        "schedule": {"strided": strided},
+    }
     return parse_workload(raw, "t.yaml", hw)
 
 
@@ -170,10 +195,17 @@ def test_a_slice_read_in_place_moves_whole_sectors_element_by_element(tiny, step
 
     workload = slice_workload(tiny, step)
     program = lower_workload(workload)
-    loads = [i for core in program.kernels[0].cores for i in core.queues["MTE2"]
-             if i.region.tensor == "a2"]
-    assert all(transfer_packets(i, program, 512) == (i.region.row1 - i.region.row0)
-               * (i.region.col1 - i.region.col0) for i in loads)     # a packet per element
+    loads = [
+        i
+        for core in program.kernels[0].cores
+        for i in core.queues["MTE2"]
+        if i.region.tensor == "a2"
+    ]
+    assert all(
+        transfer_packets(i, program, 512)
+        == (i.region.row1 - i.region.row0) * (i.region.col1 - i.region.col0)
+        for i in loads
+    )  # a packet per element
     report = simulate(workload).to_dict()
     view = report["tensors"]["a2"]
     assert view["role"] == "view"
@@ -193,19 +225,35 @@ def test_a_slice_copied_first_is_read_contiguously(tiny):
     assert [k.name for k in program.kernels] == ["s~copy", "mm"]
     copy_loads = [i for core in program.kernels[0].cores for i in core.queues["MTE2"]]
     assert {i.region.tensor for i in copy_loads} == {"a2~view"}
-    mm_loads = [i for core in program.kernels[1].cores for i in core.queues["MTE2"]
-                if i.region.tensor == "a2"]
-    assert mm_loads and all(transfer_packets(i, program, 512) <= i.region.row1 - i.region.row0
-                            for i in mm_loads)     # a packet per row at most, not per element
+    mm_loads = [
+        i
+        for core in program.kernels[1].cores
+        for i in core.queues["MTE2"]
+        if i.region.tensor == "a2"
+    ]
+    assert mm_loads and all(
+        transfer_packets(i, program, 512) <= i.region.row1 - i.region.row0 for i in mm_loads
+    )  # a packet per row at most, not per element
     direct = simulate(slice_workload(tiny, 2)).to_dict()
     copied = simulate(workload).to_dict()
     assert copied["traffic"]["HBM"]["write_bytes"] > direct["traffic"]["HBM"]["write_bytes"]
 
 
 def test_a_slice_out_of_range_is_refused_with_the_bounds(tiny):
-    raw = {"name": "t", "hardware": "tiny", "tensors": {"a": {"shape": [4, 16]}},
-           "ops": [{"name": "s", "op": "slice", "inputs": ["a"], "output": "v",
-                    "attrs": {"start": 8, "stop": 20}},
-                   {"name": "r", "op": "relu", "inputs": ["v"], "output": "w"}]}
+    raw = {
+        "name": "t",
+        "hardware": "tiny",
+        "tensors": {"a": {"shape": [4, 16]}},
+        "ops": [
+            {
+                "name": "s",
+                "op": "slice",
+                "inputs": ["a"],
+                "output": "v",
+                "attrs": {"start": 8, "stop": 20},
+            },
+            {"name": "r", "op": "relu", "inputs": ["v"], "output": "w"},
+        ],
+    }
     with pytest.raises(ConfigError, match=r"from 8 to 20: needs 0 <= start < stop <= 16"):
         parse_workload(raw, "t.yaml", tiny)

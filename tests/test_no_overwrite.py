@@ -34,8 +34,13 @@ OPTIONS = {
     "tune": {"--write": ".yaml"},
     "plan": {},
 }
-EXTRA = {"sweep": ["--grid", "params.m=16,32", "--workers", "1"], "tune": ["--workers", "1"],
-         "compare": [], "run": [], "plan": []}
+EXTRA = {
+    "sweep": ["--grid", "params.m=16,32", "--workers", "1"],
+    "tune": ["--workers", "1"],
+    "compare": [],
+    "run": [],
+    "plan": [],
+}
 
 
 @pytest.fixture(scope="module")
@@ -44,11 +49,24 @@ def ours(tmp_path_factory) -> Path:
     plot, a folder of run plots."""
     folder = tmp_path_factory.mktemp("ours")
     (folder / "w.yaml").write_text(BASE)
-    for args in (["run", "w.yaml", "--json", "report.json", "--trace", "trace.json", "--plot",
-                  "our_plots"],
-                 ["compare", "w.yaml", "--json", "compare.json"],
-                 ["sweep", "w.yaml", "--grid", "params.m=16", "--workers", "1", "--csv",
-                  "sweep.csv", "--json", "sweep.json", "--plot", "sweep.png"]):
+    for args in (
+        ["run", "w.yaml", "--json", "report.json", "--trace", "trace.json", "--plot", "our_plots"],
+        ["compare", "w.yaml", "--json", "compare.json"],
+        [
+            "sweep",
+            "w.yaml",
+            "--grid",
+            "params.m=16",
+            "--workers",
+            "1",
+            "--csv",
+            "sweep.csv",
+            "--json",
+            "sweep.json",
+            "--plot",
+            "sweep.png",
+        ],
+    ):
         assert _in(folder, args) == 0
     (folder / "w.yaml").unlink()
     return folder
@@ -70,9 +88,23 @@ def state(folder: Path) -> dict[str, bytes]:
     return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
 
 
-NAMES = ["new.json", "new.csv", "new.png", "new.yaml", "new_plots", *USER_FILES, "plots",
-         "report.json", "trace.json", "compare.json", "sweep.csv", "sweep.json", "sweep.png",
-         "our_plots", "w.yaml"]
+NAMES = [
+    "new.json",
+    "new.csv",
+    "new.png",
+    "new.yaml",
+    "new_plots",
+    *USER_FILES,
+    "plots",
+    "report.json",
+    "trace.json",
+    "compare.json",
+    "sweep.csv",
+    "sweep.json",
+    "sweep.png",
+    "our_plots",
+    "w.yaml",
+]
 
 
 def targets(suffix: str):
@@ -92,8 +124,11 @@ def commands(draw):
     return args + (["--force"] if force and command != "plan" else []), force
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow,
-                                                                 HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=30,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
+)
 @given(command=commands())
 def test_no_file_changes_without_force(tmp_path_factory, ours, command):
     args, force = command
@@ -126,26 +161,39 @@ def test_our_marks_are_read_from_the_start_of_a_file_however_large(tmp_path):
     from simulator.outputs import is_ours
 
     trace = tmp_path / "t.json"
-    trace.write_text('{"otherData": {"format": "npu-memsim/trace"}, "traceEvents": ['
-                     + "{}," * 2_000_000 + "{}]}")
+    trace.write_text(
+        '{"otherData": {"format": "npu-memsim/trace"}, "traceEvents": ['
+        + "{}," * 2_000_000
+        + "{}]}"
+    )
     assert is_ours(trace, "json")
     report = tmp_path / "r.json"
     report.write_text('{\n  "format": "npu-memsim/report",\n  "workload": "x"\n}\n')
     assert is_ours(report, "json")
-    for text in ('{"format": "mine"}', '{"workload": 1, "format": "npu-memsim/report"}',
-                 '["npu-memsim/report"]', "", "\xff"):
+    for text in (
+        '{"format": "mine"}',
+        '{"workload": 1, "format": "npu-memsim/report"}',
+        '["npu-memsim/report"]',
+        "",
+        "\xff",
+    ):
         (tmp_path / "u.json").write_text(text)
         assert not is_ours(tmp_path / "u.json", "json"), text
 
 
-@pytest.mark.parametrize("args, output", [
-    (["run", "w.yaml", "--json", "out.json"], "out.json"),
-    (["run", "w.yaml", "--trace", "out.json"], "out.json"),
-    (["run", "w.yaml", "--plot", "plots"], "plots/roofline.png"),
-    (["sweep", "w.yaml", "--grid", "params.m=16,32", "--workers", "1", "--csv", "out.csv"],
-     "out.csv"),
-    (["tune", "w.yaml", "--workers", "1", "--write", "out.yaml"], "out.yaml"),
-])
+@pytest.mark.parametrize(
+    "args, output",
+    [
+        (["run", "w.yaml", "--json", "out.json"], "out.json"),
+        (["run", "w.yaml", "--trace", "out.json"], "out.json"),
+        (["run", "w.yaml", "--plot", "plots"], "plots/roofline.png"),
+        (
+            ["sweep", "w.yaml", "--grid", "params.m=16,32", "--workers", "1", "--csv", "out.csv"],
+            "out.csv",
+        ),
+        (["tune", "w.yaml", "--workers", "1", "--write", "out.yaml"], "out.yaml"),
+    ],
+)
 def test_an_output_that_is_a_link_is_replaced_never_written_through(tmp_path, args, output):
     """With --force the link is replaced by the new file; the file it led to, the user's,
     keeps every byte (and a file written new gets the usual permissions, not 0600)."""
@@ -157,7 +205,7 @@ def test_an_output_that_is_a_link_is_replaced_never_written_through(tmp_path, ar
     link.parent.mkdir(exist_ok=True)
     link.symlink_to(target)
 
-    assert _in(tmp_path, args) == 2                     # not ours: refused without --force
+    assert _in(tmp_path, args) == 2  # not ours: refused without --force
     assert _in(tmp_path, [*args, "--force"]) == 0
 
     assert target.read_text() == "the user's own work"
@@ -177,6 +225,7 @@ def test_a_replaced_file_keeps_its_permissions(tmp_path):
 
 def test_a_full_standard_output_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
     """Standard output sent to a full disk (`> /dev/full`): one line, exit 1."""
+
     class Full(io.StringIO):
         def write(self, text):
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))

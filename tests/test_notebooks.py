@@ -25,9 +25,15 @@ def test_notebook_is_committed_without_outputs(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path):
     book = nbformat.read(path, as_version=4)
-    client = NotebookClient(book, timeout=600, kernel_name="python3",
-                            resources={"metadata": {"path": str(ROOT)}})
-    client.execute()          # raises CellExecutionError with the failing cell
-    images = [o for c in book.cells if c.cell_type == "code" for o in c.outputs
-              if "image/png" in o.get("data", {})]
+    client = NotebookClient(
+        book, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}
+    )
+    client.execute()  # raises CellExecutionError with the failing cell
+    images = [
+        o
+        for c in book.cells
+        if c.cell_type == "code"
+        for o in c.outputs
+        if "image/png" in o.get("data", {})
+    ]
     assert images, "each lab draws at least one plot"

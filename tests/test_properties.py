@@ -14,11 +14,13 @@ from simulator.pipeline import lower_workload, simulate
 
 from .helpers import matmul_workload, with_queue_depth
 
-EPILOGUES = st.sampled_from([
-    (),
-    ({"name": "b", "op": "bias_add", "inputs": ["c", "bias"], "output": "d"},),
-    ({"name": "g", "op": "gelu", "inputs": ["c"], "output": "d"},),
-])
+EPILOGUES = st.sampled_from(
+    [
+        (),
+        ({"name": "b", "op": "bias_add", "inputs": ["c", "bias"], "output": "d"},),
+        ({"name": "g", "op": "gelu", "inputs": ["c"], "output": "d"},),
+    ]
+)
 
 
 @st.composite
@@ -51,8 +53,7 @@ def legal_workload(tiny, case, epilogue):
     return workload
 
 
-SHAPES = dict(case=cases(), epilogue=EPILOGUES, depth=st.sampled_from([1, 3]),
-              blocks=st.booleans())
+SHAPES = dict(case=cases(), epilogue=EPILOGUES, depth=st.sampled_from([1, 3]), blocks=st.booleans())
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -86,8 +87,9 @@ def check_physics(tiny, case, epilogue):
     # every external input comes from HBM at least once; every result is written exactly once
     inputs = {t for op in workload.ops for t in op.inputs} - {op.output for op in workload.ops}
     assert traffic["HBM"]["read_bytes"] >= sum(workload.tensors[t].nbytes for t in inputs)
-    assert traffic["HBM"]["write_bytes"] == sum(workload.tensors[op.output].nbytes
-                                                for op in workload.ops)
+    assert traffic["HBM"]["write_bytes"] == sum(
+        workload.tensors[op.output].nbytes for op in workload.ops
+    )
     # bytes conserved: what is moved into L0A/L0B/UB is consumed from there, no more, no less
     for level in ("L0A", "L0B", "UB"):
         assert traffic[level]["read_bytes"] == traffic[level]["write_bytes"]
@@ -104,7 +106,7 @@ def check_physics(tiny, case, epilogue):
     core_cycles = report["cycles"] * workload.hardware.cores
     for pipe, stalls in report["stalls"].items():
         busy = report["utilization"][UNIT_OF_PIPE.get(pipe, pipe)] * core_cycles
-        rounding = len(report["kernels"]) * workload.hardware.cores    # a cycle per pipe log
+        rounding = len(report["kernels"]) * workload.hardware.cores  # a cycle per pipe log
         assert busy + stalls["data"] + stalls["buffer_slot"] <= core_cycles + rounding, pipe
 
     # every ceiling is a lower bound on the run; the binding one is the highest
@@ -124,9 +126,14 @@ def test_same_input_gives_identical_json(tiny, case):
 
 
 @settings(max_examples=200, deadline=None)
-@given(capacity=st.integers(1, 512),
-       flows=st.lists(st.tuples(st.integers(0, 50), st.integers(1, 100_000), st.integers(1, 256)),
-                      min_size=1, max_size=12))
+@given(
+    capacity=st.integers(1, 512),
+    flows=st.lists(
+        st.tuples(st.integers(0, 50), st.integers(1, 100_000), st.integers(1, 256)),
+        min_size=1,
+        max_size=12,
+    ),
+)
 def test_shared_channel_never_exceeds_its_bandwidth(capacity, flows):
     """Each flow: (start cycle, bytes, engine cap). Max-min sharing must respect both limits."""
     env = simpy.Environment()
@@ -188,8 +195,11 @@ def assert_shares_fairly_and_wastes_nothing(channel_class, capacity, cap, sizes)
 
 
 @settings(max_examples=200, deadline=None)
-@given(capacity=st.integers(1, 512), cap=st.integers(1, 512),
-       sizes=st.lists(st.integers(1000, 100_000), min_size=1, max_size=8))
+@given(
+    capacity=st.integers(1, 512),
+    cap=st.integers(1, 512),
+    sizes=st.lists(st.integers(1000, 100_000), min_size=1, max_size=8),
+)
 def test_shared_channel_uses_all_the_bandwidth_fair_sharing_allows(capacity, cap, sizes):
     assert_shares_fairly_and_wastes_nothing(SharedChannel, capacity, cap, sizes)
 
@@ -204,15 +214,17 @@ class WastefulChannel(SharedChannel):
 def test_the_sharing_property_catches_a_channel_that_wastes_bandwidth():
     with pytest.raises(AssertionError):
         assert_shares_fairly_and_wastes_nothing(WastefulChannel, 100, 1000, [5000, 20_000])
-    with pytest.raises(AssertionError):   # capped flows: the waste shows once caps exceed it
+    with pytest.raises(AssertionError):  # capped flows: the waste shows once caps exceed it
         assert_shares_fairly_and_wastes_nothing(WastefulChannel, 100, 60, [5000, 20_000])
 
 
 @settings(max_examples=500, deadline=None)
-@given(offset=st.integers(0, 511), nbytes=st.integers(0, 1 << 16),
-       packet_exponent=st.integers(5, 12))
+@given(
+    offset=st.integers(0, 511), nbytes=st.integers(0, 1 << 16), packet_exponent=st.integers(5, 12)
+)
 def test_packets_never_move_a_run_faster_than_its_bytes_nor_waste_more_than_its_ends(
-        offset, nbytes, packet_exponent):
+    offset, nbytes, packet_exponent
+):
     """A run's packets carry at least its bytes (so no transfer beats the path's rate), a run
     that starts and ends on packet boundaries is exactly its whole packets, and only its two
     ends (three packets each at most) cost beyond them."""

@@ -3,16 +3,26 @@ import pytest
 from simulator.units import UnitError, format_size, parse_clock, parse_rate, parse_size, parse_time
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("64KiB", 65536), ("32MiB", 32 * 1024**2), ("1.5GB", 1_500_000_000), ("1KB", 1000),
-    ("512B", 512), ("2 GiB", 2 * 1024**3), (4096, 4096), ("1TB", 10**12),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("64KiB", 65536),
+        ("32MiB", 32 * 1024**2),
+        ("1.5GB", 1_500_000_000),
+        ("1KB", 1000),
+        ("512B", 512),
+        ("2 GiB", 2 * 1024**3),
+        (4096, 4096),
+        ("1TB", 10**12),
+    ],
+)
 def test_sizes(text, expected):
     assert parse_size(text) == expected
 
 
-@pytest.mark.parametrize("bad", ["42KX", "KiB", "-1KiB", "0B", "1.5B", "64 kib", "", "64", True,
-                                 None, [1], "1e400GB"])
+@pytest.mark.parametrize(
+    "bad", ["42KX", "KiB", "-1KiB", "0B", "1.5B", "64 kib", "", "64", True, None, [1], "1e400GB"]
+)
 def test_bad_sizes_are_refused(bad):
     with pytest.raises(UnitError):
         parse_size(bad)
@@ -34,7 +44,7 @@ def test_times_become_whole_cycles():
     assert parse_time("500ns", 1e9) == 500
     assert parse_time("3us", 1e9) == 3000
     assert parse_time("200cycles", 1e9) == 200
-    assert parse_time("1ns", 1.5e9) == 2      # 1.5 cycles round up
+    assert parse_time("1ns", 1.5e9) == 2  # 1.5 cycles round up
     assert parse_time("0cycles", 1e9) == 0
 
 
@@ -60,5 +70,6 @@ def test_format_size():
 
 def test_format_bytes_decimal():
     from simulator.units import format_bytes_decimal
+
     assert format_bytes_decimal(270532608) == "270.5 MB"
     assert format_bytes_decimal(999) == "999 B"

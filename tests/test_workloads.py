@@ -21,6 +21,7 @@ def reports():
         if key not in cache:
             cache[key] = simulate(load_workload(f"workloads/{name}.yaml", list(overrides)))
         return cache[key].to_dict()
+
     return get
 
 
@@ -70,6 +71,7 @@ def test_compare_prints_the_fused_and_unfused_table(tmp_path):
     assert "fusion=none" in result.stdout and "fusion=auto" in result.stdout
     assert "speedup vs first" in result.stdout and "absorbed by L2" in result.stdout
     import json
+
     data = json.loads(out.read_text())
     assert [v["label"] for v in data["variants"]] == ["fusion=none", "fusion=auto"]
     assert data["speedups"][1] > 1.0
@@ -77,11 +79,15 @@ def test_compare_prints_the_fused_and_unfused_table(tmp_path):
 
 def test_compare_variant_axes_from_repeated_sets():
     from simulator.cli import variants_from
-    variants, common = variants_from(["params.tokens=8", "schedule.fusion=none",
-                                      "schedule.fusion=auto"], [])
+
+    variants, common = variants_from(
+        ["params.tokens=8", "schedule.fusion=none", "schedule.fusion=auto"], []
+    )
     assert common == ["params.tokens=8"]
-    assert variants == [("fusion=none", ["schedule.fusion=none"]),
-                        ("fusion=auto", ["schedule.fusion=auto"])]
+    assert variants == [
+        ("fusion=none", ["schedule.fusion=none"]),
+        ("fusion=auto", ["schedule.fusion=auto"]),
+    ]
 
 
 def test_each_kernel_of_the_decode_layer_says_what_binds_it(reports):

@@ -55,6 +55,7 @@ COMPUTE_CEILINGS = ("cube", "vector")
 class Report:
     """One simulation's results; `to_dict()` is the JSON form (keys fixed by DESIGN.md). What
     a user holds is simulator/report.py's SimulationReport, which adds the renderings."""
+
     data: dict[str, Any]
     provenance: dict[str, Any] = field(default_factory=dict)
     trace: Trace | None = field(default=None, repr=False, compare=False)  # for timelines
@@ -69,8 +70,9 @@ class Report:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
 
-def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
-            provenance: dict[str, Any]) -> Report:
+def analyse(
+    trace: Trace, program: Program, hw: Hardware, workload_name: str, provenance: dict[str, Any]
+) -> Report:
     cycles = max(trace.cycles, 1)
     bound: Roofline = roofline(program, hw)
     flops = sum(k.flops for k in program.kernels)
@@ -79,14 +81,22 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
 
     busy = {pipe: 0 for pipe in PIPES}
     stalls = {pipe: dict.fromkeys(STALL_CAUSES, 0) for pipe in PIPES}
-    per_tensor = {name: {"role": role, "bytes": nbytes, "hbm_read_bytes": 0, "l2_read_bytes": 0,
-                         "hbm_write_bytes": 0} for name, (role, nbytes) in
-                  program.tensor_roles.items()}
+    per_tensor = {
+        name: {
+            "role": role,
+            "bytes": nbytes,
+            "hbm_read_bytes": 0,
+            "l2_read_bytes": 0,
+            "hbm_write_bytes": 0,
+        }
+        for name, (role, nbytes) in program.tensor_roles.items()
+    }
     logs_of = [[] for _ in program.kernels]
     for log in trace.pipes:
         logs_of[log.kernel].append(log)
-    engine_of = {path: engine for engine in hw.engines.values()
-                 for path in engine.path_bytes_per_cycle}
+    engine_of = {
+        path: engine for engine in hw.engines.values() for path in engine.path_bytes_per_cycle
+    }
 
     def engine_cycles_of(instr) -> float:
         """A move's cycles on its engine, no start-up: its bytes at the path's rate, or for a
@@ -95,34 +105,48 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
         rate = engine.path_bytes_per_cycle[instr.src, instr.dst]
         if instr.region is None:
             return instr.nbytes / rate
-        return moved_bytes(instr, program) / transfer_rate(instr, program, rate,
-                                                           engine.packet_bytes)
+        return moved_bytes(instr, program) / transfer_rate(
+            instr, program, rate, engine.packet_bytes
+        )
 
     kernel_engine_cycles = [dict.fromkeys(ENGINES, 0.0) for _ in program.kernels]
-    kernel_traffic = [_tally(logs, busy, stalls, per_tensor, engine_cycles_of, engine_cycles)
-                      for logs, engine_cycles in zip(logs_of, kernel_engine_cycles)]
+    kernel_traffic = [
+        _tally(logs, busy, stalls, per_tensor, engine_cycles_of, engine_cycles)
+        for logs, engine_cycles in zip(logs_of, kernel_engine_cycles)
+    ]
     engine_cycles = {engine: sum(e[engine] for e in kernel_engine_cycles) for engine in ENGINES}
-    traffic = {level: {key: sum(t[level][key] for t in kernel_traffic)
-                       for key in ("read_bytes", "write_bytes")} for level in LEVELS}
-    traffic["L2"].update(hits=trace.l2_hits, misses=trace.l2_misses,
-                         multicast_bytes=sum(t["L2"]["multicast_bytes"] for t in kernel_traffic))
+    traffic = {
+        level: {
+            key: sum(t[level][key] for t in kernel_traffic) for key in ("read_bytes", "write_bytes")
+        }
+        for level in LEVELS
+    }
+    traffic["L2"].update(
+        hits=trace.l2_hits,
+        misses=trace.l2_misses,
+        multicast_bytes=sum(t["L2"]["multicast_bytes"] for t in kernel_traffic),
+    )
     _check_invariants(trace, program, bound, traffic, kernel_traffic)
     core_cycles = cycles * hw.cores
     utilization = {UNIT_OF_PIPE.get(p, p): busy[p] / core_cycles for p in PIPES}
     hbm_bytes = traffic["HBM"]["read_bytes"] + traffic["HBM"]["write_bytes"]
     utilization["HBM"] = hbm_bytes / (hbm.peak_bytes_per_cycle * cycles)
     utilization["L2"] = traffic["L2"]["read_bytes"] / (
-        hw.memories["L2"].peak_bytes_per_cycle * cycles)
+        hw.memories["L2"].peak_bytes_per_cycle * cycles
+    )
 
     peak_tflops = _peak_tflops(program, hw)
     achieved_tflops = flops / time_s / 1e12
-    ceilings = _ceilings(program.kernels, hw, traffic, engine_cycles,
-                         launch_bound_cycles(len(program.kernels), hw))
+    ceilings = _ceilings(
+        program.kernels, hw, traffic, engine_cycles, launch_bound_cycles(len(program.kernels), hw)
+    )
     bound_kind, binding = _classify(ceilings, cycles)
 
     middle = [e for e in per_tensor.values() if e["role"] == "intermediate"]
-    intermediates = {key: sum(e[key] for e in middle) for key in
-                     ("bytes", "hbm_write_bytes", "hbm_read_bytes", "l2_read_bytes")}
+    intermediates = {
+        key: sum(e[key] for e in middle)
+        for key in ("bytes", "hbm_write_bytes", "hbm_read_bytes", "l2_read_bytes")
+    }
 
     kernels = []
     # the least launch wait of a kernel in the sequence: a whole launch for the first, the
@@ -130,20 +154,34 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     first_launch = launch_bound_cycles(1, hw)
     for span, kernel in zip(trace.kernels, program.kernels):
         kernel_ceilings = _ceilings(
-            [kernel], hw, kernel_traffic[span.index], kernel_engine_cycles[span.index],
-            first_launch if span.index == 0 else min(hw.kernel_gap, first_launch))
-        kernel_bound, kernel_binding = _classify(kernel_ceilings,
-                                                 max(span.end_cycle - span.start_cycle, 1))
-        kernels.append({
-            "name": kernel.name, "ops": list(kernel.ops), "fused": kernel.fused,
-            "unit": kernel.unit, "cycles": span.end_cycle - span.start_cycle,
-            "launch_cycles": span.run_cycle - span.start_cycle, "flops": kernel.flops,
-            "roofline_cycles": bound.per_kernel[span.index],
-            "traffic": kernel_traffic[span.index], "tiling": kernel.tiling,
-            "bound": kernel_bound, "binding": kernel_binding,
-            "cores_used": len(kernel.cores), "instructions": kernel.instruction_count,
-            "buffer_plan_bytes": kernel.buffer_plan_bytes,
-        })
+            [kernel],
+            hw,
+            kernel_traffic[span.index],
+            kernel_engine_cycles[span.index],
+            first_launch if span.index == 0 else min(hw.kernel_gap, first_launch),
+        )
+        kernel_bound, kernel_binding = _classify(
+            kernel_ceilings, max(span.end_cycle - span.start_cycle, 1)
+        )
+        kernels.append(
+            {
+                "name": kernel.name,
+                "ops": list(kernel.ops),
+                "fused": kernel.fused,
+                "unit": kernel.unit,
+                "cycles": span.end_cycle - span.start_cycle,
+                "launch_cycles": span.run_cycle - span.start_cycle,
+                "flops": kernel.flops,
+                "roofline_cycles": bound.per_kernel[span.index],
+                "traffic": kernel_traffic[span.index],
+                "tiling": kernel.tiling,
+                "bound": kernel_bound,
+                "binding": kernel_binding,
+                "cores_used": len(kernel.cores),
+                "instructions": kernel.instruction_count,
+                "buffer_plan_bytes": kernel.buffer_plan_bytes,
+            }
+        )
 
     data = {
         "workload": workload_name,
@@ -174,11 +212,11 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
         "utilization": utilization,
         "stalls": stalls,
         # the time the chip waited on launches (a later launch overlaps the kernel before it)
-        "launch_overhead_cycles": sum(span.run_cycle - span.start_cycle
-                                      for span in trace.kernels),
-        "memory_footprint": {**{f"{role}_bytes": n for role, n in
-                                footprint_bytes(program.tensor_roles).items()},
-                             "hbm_capacity_bytes": hbm.capacity_bytes},
+        "launch_overhead_cycles": sum(span.run_cycle - span.start_cycle for span in trace.kernels),
+        "memory_footprint": {
+            **{f"{role}_bytes": n for role, n in footprint_bytes(program.tensor_roles).items()},
+            "hbm_capacity_bytes": hbm.capacity_bytes,
+        },
         "peak_buffer_bytes": trace.peak_occupancy_bytes,
         "buffer_capacity_bytes": dict(hw.buffer_bytes),
         "instructions": trace.instructions,
@@ -187,17 +225,24 @@ def analyse(trace: Trace, program: Program, hw: Hardware, workload_name: str,
     return Report(data, provenance, trace)
 
 
-def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: dict,
-                      kernel_traffic: list[dict]) -> None:
+def _check_invariants(
+    trace: Trace, program: Program, bound: Roofline, traffic: dict, kernel_traffic: list[dict]
+) -> None:
     """Cheap physics checks on every run: a failure is a simulator bug, not a user mistake."""
     if trace.cycles + 1e-6 < bound.bound_cycles:
-        raise InvariantError(f"{trace.cycles} cycles is below the roofline bound "
-                             f"{bound.bound_cycles:.0f}")
-    written = sum(nbytes for role, nbytes in program.tensor_roles.values()
-                  if role in ("intermediate", "output"))
+        raise InvariantError(
+            f"{trace.cycles} cycles is below the roofline bound {bound.bound_cycles:.0f}"
+        )
+    written = sum(
+        nbytes
+        for role, nbytes in program.tensor_roles.values()
+        if role in ("intermediate", "output")
+    )
     if traffic["HBM"]["write_bytes"] != written:
-        raise InvariantError(f"HBM received {traffic['HBM']['write_bytes']} B but the kernels' "
-                             f"results are {written} B: bytes were lost or duplicated")
+        raise InvariantError(
+            f"HBM received {traffic['HBM']['write_bytes']} B but the kernels' "
+            f"results are {written} B: bytes were lost or duplicated"
+        )
     # bytes conserved: a block staged in L0A/L0B is consumed exactly once per GEMM reading
     # it (a dual GEMM shares its A block); nothing staged in UB is left unread (an op may
     # read a value twice, x*x); what L1 receives came over L2 or HBM
@@ -206,18 +251,29 @@ def _check_invariants(trace: Trace, program: Program, bound: Roofline, traffic: 
             if t[level]["read_bytes"] != times * t[level]["write_bytes"]:
                 raise InvariantError(
                     f"kernel {kernel.name}: {level} received {t[level]['write_bytes']} B but "
-                    f"gave {t[level]['read_bytes']} B (expected {times} x): bytes not conserved")
+                    f"gave {t[level]['read_bytes']} B (expected {times} x): bytes not conserved"
+                )
         if t["UB"]["read_bytes"] < t["UB"]["write_bytes"]:
-            raise InvariantError(f"kernel {kernel.name}: UB received {t['UB']['write_bytes']} B"
-                                 f" but gave only {t['UB']['read_bytes']} B")
-        if t["L1"]["write_bytes"] > (t["HBM"]["read_bytes"] + t["L2"]["read_bytes"]
-                                     + t["L2"]["multicast_bytes"]):
-            raise InvariantError(f"kernel {kernel.name}: L1 received {t['L1']['write_bytes']} B,"
-                                 " more than came from global memory")
+            raise InvariantError(
+                f"kernel {kernel.name}: UB received {t['UB']['write_bytes']} B"
+                f" but gave only {t['UB']['read_bytes']} B"
+            )
+        if t["L1"]["write_bytes"] > (
+            t["HBM"]["read_bytes"] + t["L2"]["read_bytes"] + t["L2"]["multicast_bytes"]
+        ):
+            raise InvariantError(
+                f"kernel {kernel.name}: L1 received {t['L1']['write_bytes']} B,"
+                " more than came from global memory"
+            )
 
 
-def _ceilings(kernels: list, hw: Hardware, traffic: dict, engine_cycles: dict[str, float],
-              launch_cycles: float) -> dict[str, float]:
+def _ceilings(
+    kernels: list,
+    hw: Hardware,
+    traffic: dict,
+    engine_cycles: dict[str, float],
+    launch_cycles: float,
+) -> dict[str, float]:
     """The least time each resource needs for the work these kernels were given, spread
     evenly over the cores: the Cube's FLOPs and the vector unit's work at peak, the bytes HBM
     and L2 actually served at their peak bandwidth, each engine's bytes at its own paths'
@@ -235,15 +291,20 @@ def _ceilings(kernels: list, hw: Hardware, traffic: dict, engine_cycles: dict[st
 def _classify(ceilings: dict[str, float], cycles: int) -> tuple[str, str]:
     """The bound (compute, memory or latency) and the binding ceiling: the highest, unless
     none reaches LATENCY_BOUND_BELOW of the time or launches bind, which is latency."""
-    binding = max(ceilings, key=lambda name: ceilings[name])     # first of equals: in order
+    binding = max(ceilings, key=lambda name: ceilings[name])  # first of equals: in order
     if ceilings[binding] / cycles < LATENCY_BOUND_BELOW or binding == "launch":
         return "latency", binding
     return ("compute" if binding in COMPUTE_CEILINGS else "memory"), binding
 
 
-def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,
-           engine_cycles_of: Callable[[Instr], float],
-           engine_cycles: dict[str, float]) -> dict[str, dict[str, int]]:
+def _tally(
+    logs: list[PipeLog],
+    busy: dict,
+    stalls: dict,
+    per_tensor: dict,
+    engine_cycles_of: Callable[[Instr], float],
+    engine_cycles: dict[str, float],
+) -> dict[str, dict[str, int]]:
     """One pass over one kernel's pipe logs: returns the bytes read from and written to each
     level, and adds to the busy cycles and stalls per pipe, the traffic per tensor and each
     engine's cycles of moving bytes at its own rates (no start-ups, no sharing).
@@ -254,13 +315,15 @@ def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,
     L2); a write goes through to HBM and allocates in L2."""
     traffic = {level: {"read_bytes": 0, "write_bytes": 0} for level in LEVELS}
     hbm, l2 = traffic["HBM"], traffic["L2"]
-    l2["multicast_bytes"] = 0   # bytes cores received from L2 reads that served a peer too
+    l2["multicast_bytes"] = 0  # bytes cores received from L2 reads that served a peer too
     ran = Counter()
     for log in logs:
         _add_busy_and_stalls(log, busy, stalls)
         ran.update(log.instrs)
-        transfers = compress(zip(log.instrs, log.column("l2_hit_bytes"),
-                                 log.column("hbm_bytes")), map(_region_of, log.instrs))
+        transfers = compress(
+            zip(log.instrs, log.column("l2_hit_bytes"), log.column("hbm_bytes")),
+            map(_region_of, log.instrs),
+        )
         for instr, hit_bytes, fetched_bytes in transfers:
             entry = per_tensor.get(instr.region.tensor)
             if instr.src == "HBM":
@@ -278,7 +341,7 @@ def _tally(logs: list[PipeLog], busy: dict, stalls: dict, per_tensor: dict,
         if instr.src is not None:
             engine_cycles[instr.pipe] += times * engine_cycles_of(instr)
         for level, nbytes in instr.reads:
-            if level != "HBM":      # how much came over HBM is in the log, above
+            if level != "HBM":  # how much came over HBM is in the log, above
                 traffic[level]["read_bytes"] += times * nbytes
         for level, nbytes in instr.writes:
             traffic[level]["write_bytes"] += times * nbytes
@@ -293,9 +356,16 @@ def _add_busy_and_stalls(log: PipeLog, busy: dict, stalls: dict) -> None:
     their spans, and a wait for data or a slot counts only while nothing of the pipe's own was
     in flight (split between its causes in proportion). Landing delays never overlap (see
     engine.world.landing_delay)."""
-    column = {field: np.array(log.column(field), dtype=np.int64)
-              for field in ("start_cycle", "end_cycle", "wait_data_cycles", "wait_slot_cycles",
-                            "wait_bandwidth_cycles")}
+    column = {
+        field: np.array(log.column(field), dtype=np.int64)
+        for field in (
+            "start_cycle",
+            "end_cycle",
+            "wait_data_cycles",
+            "wait_slot_cycles",
+            "wait_bandwidth_cycles",
+        )
+    }
     starts, ends = column["start_cycle"], column["end_cycle"]
     if not len(ends):
         return
@@ -310,7 +380,7 @@ def _add_busy_and_stalls(log: PipeLog, busy: dict, stalls: dict) -> None:
     stalls[log.pipe]["shared_bandwidth"] += int(column["wait_bandwidth_cycles"].sum())
 
 
-_region_of = attrgetter("region")     # global-memory transfers are those with a region
+_region_of = attrgetter("region")  # global-memory transfers are those with a region
 
 
 def _peak_tflops(program: Program, hw: Hardware) -> float:

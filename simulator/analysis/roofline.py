@@ -23,7 +23,7 @@ class Roofline:
     compute_cycles: float
     memory_cycles: float
     compulsory_bytes: int
-    per_kernel: list[float]        # each kernel's own max(compute, memory), inputs from HBM
+    per_kernel: list[float]  # each kernel's own max(compute, memory), inputs from HBM
 
     @property
     def bound_cycles(self) -> float:
@@ -31,9 +31,16 @@ class Roofline:
 
 
 def roofline(program: Program, hw: Hardware) -> Roofline:
-    compute = [compute_cycles(k.cube_flops, k.dtype, k.vector_work_bytes, hw)
-               for k in program.kernels]
-    per_kernel = [max(c, memory_cycles(k.compulsory_read_bytes + k.compulsory_write_bytes, hw))
-                  for c, k in zip(compute, program.kernels)]
-    return Roofline(sum(compute), memory_cycles(program.compulsory_hbm_bytes, hw),
-                    program.compulsory_hbm_bytes, per_kernel)
+    compute = [
+        compute_cycles(k.cube_flops, k.dtype, k.vector_work_bytes, hw) for k in program.kernels
+    ]
+    per_kernel = [
+        max(c, memory_cycles(k.compulsory_read_bytes + k.compulsory_write_bytes, hw))
+        for c, k in zip(compute, program.kernels)
+    ]
+    return Roofline(
+        sum(compute),
+        memory_cycles(program.compulsory_hbm_bytes, hw),
+        program.compulsory_hbm_bytes,
+        per_kernel,
+    )

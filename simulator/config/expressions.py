@@ -10,9 +10,9 @@ from typing import Any
 from ..errors import quote
 from .strict import SkipField, describe
 
-MAX_DIMENSION = 2**32          # a param or a tensor dimension; no chip holds a larger one
-MAX_RANK = 8                   # dimensions of one tensor
-MAX_EXPRESSION_CHARS = 200     # a shape expression such as '(hidden + 1) / 2'
+MAX_DIMENSION = 2**32  # a param or a tensor dimension; no chip holds a larger one
+MAX_RANK = 8  # dimensions of one tensor
+MAX_EXPRESSION_CHARS = 200  # a shape expression such as '(hidden + 1) / 2'
 
 
 def shape_of(value: Any, params: dict[str, int]) -> tuple[int, ...]:
@@ -24,17 +24,23 @@ def shape_of(value: Any, params: dict[str, int]) -> tuple[int, ...]:
     for i, dim in enumerate(value):
         size = evaluate(dim, params)
         if size < 1:
-            raise ValueError(f"[{i}] = {quote(dim)} evaluates to {size}; dimensions must be "
-                             "positive")
+            raise ValueError(
+                f"[{i}] = {quote(dim)} evaluates to {size}; dimensions must be positive"
+            )
         if size > MAX_DIMENSION:
-            raise ValueError(f"[{i}] = {quote(dim)} evaluates to {size:,}, larger than the "
-                             f"{MAX_DIMENSION:,} (2^32) a dimension may be")
+            raise ValueError(
+                f"[{i}] = {quote(dim)} evaluates to {size:,}, larger than the "
+                f"{MAX_DIMENSION:,} (2^32) a dimension may be"
+            )
         dims.append(size)
     return tuple(dims)
 
 
-_BINARY_OPS = {ast.Add: lambda a, b: a + b, ast.Sub: lambda a, b: a - b,
-               ast.Mult: lambda a, b: a * b}
+_BINARY_OPS = {
+    ast.Add: lambda a, b: a + b,
+    ast.Sub: lambda a, b: a - b,
+    ast.Mult: lambda a, b: a * b,
+}
 
 
 def evaluate(expr: Any, params: dict[str, int]) -> int:
@@ -46,16 +52,22 @@ def evaluate(expr: Any, params: dict[str, int]) -> int:
     if not isinstance(expr, str):
         raise ValueError(f"{quote(expr)} is not a dimension or expression")
     if len(expr) > MAX_EXPRESSION_CHARS:
-        raise ValueError(f"{quote(expr)} is longer than the {MAX_EXPRESSION_CHARS} characters "
-                         "a shape expression may be")
-    if not expr.isascii():      # Python would fold look-alike letters: 'ｍ' would read as 'm'
-        raise ValueError(f"{quote(expr)}: a shape expression is ASCII (param names, integers, "
-                         "+ - * / and parentheses)")
+        raise ValueError(
+            f"{quote(expr)} is longer than the {MAX_EXPRESSION_CHARS} characters "
+            "a shape expression may be"
+        )
+    if not expr.isascii():  # Python would fold look-alike letters: 'ｍ' would read as 'm'
+        raise ValueError(
+            f"{quote(expr)}: a shape expression is ASCII (param names, integers, "
+            "+ - * / and parentheses)"
+        )
     try:
         tree = ast.parse(expr.strip(), mode="eval")
     except (SyntaxError, ValueError, MemoryError, RecursionError):
-        raise ValueError(f"{quote(expr)} is not a valid expression (use integers, param names, "
-                         "+ - * / and parentheses)") from None
+        raise ValueError(
+            f"{quote(expr)} is not a valid expression (use integers, param names, "
+            "+ - * / and parentheses)"
+        ) from None
 
     def walk(node: ast.AST) -> int:
         if isinstance(node, ast.Expression):
@@ -67,7 +79,7 @@ def evaluate(expr: Any, params: dict[str, int]) -> int:
                 known = ", ".join(sorted(params)) or "none"
                 raise ValueError(f"{quote(expr)}: unknown param {quote(node.id)} (params: {known})")
             if params[node.id] is None:
-                raise SkipField(node.id)    # the param itself is wrong, and already reported
+                raise SkipField(node.id)  # the param itself is wrong, and already reported
             return params[node.id]
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -walk(node.operand)
@@ -80,7 +92,8 @@ def evaluate(expr: Any, params: dict[str, int]) -> int:
             if left % right:
                 raise ValueError(f"{quote(expr)}: {left} / {right} is not a whole number")
             return left // right
-        raise ValueError(f"{quote(expr)}: only integers, param names, + - * / and "
-                         "parentheses are allowed")
+        raise ValueError(
+            f"{quote(expr)}: only integers, param names, + - * / and parentheses are allowed"
+        )
 
     return walk(tree)

@@ -53,9 +53,9 @@ ACCUMULATOR_BYTES = 4  # the Cube accumulates in fp32 (int32 for int8)
 class SharedMemory:
     name: str
     capacity_bytes: int
-    peak_bytes_per_cycle: float       # chip-wide, shared by all cores
+    peak_bytes_per_cycle: float  # chip-wide, shared by all cores
     latency_cycles: int
-    efficiency: float                 # fraction of peak that streaming transfers reach
+    efficiency: float  # fraction of peak that streaming transfers reach
 
     @property
     def sustained_bytes_per_cycle(self) -> float:
@@ -65,23 +65,23 @@ class SharedMemory:
 @dataclass(frozen=True)
 class Engine:
     name: str
-    latency_cycles: int                               # fixed start-up cost of every transfer
+    latency_cycles: int  # fixed start-up cost of every transfer
     path_bytes_per_cycle: dict[tuple[str, str], float]  # (source, destination) -> per-core rate
-    queue_depth: int = 1        # global-memory transfers one core's engine keeps in flight
-    packet_bytes: int = 0       # global transfers move as packets of this size (cost.py); 0: none
+    queue_depth: int = 1  # global-memory transfers one core's engine keeps in flight
+    packet_bytes: int = 0  # global transfers move as packets of this size (cost.py); 0: none
 
 
 @dataclass(frozen=True)
 class Cube:
     latency_cycles: int
-    fractal: dict[str, tuple[int, int, int]]          # dtype -> (m, n, k) MACs per cycle
+    fractal: dict[str, tuple[int, int, int]]  # dtype -> (m, n, k) MACs per cycle
 
 
 @dataclass(frozen=True)
 class Vector:
     bytes_per_cycle: float
     latency_cycles: int
-    cost_factor: dict[str, float]                     # cost class -> cycles multiplier
+    cost_factor: dict[str, float]  # cost class -> cycles multiplier
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,7 @@ class Hardware:
     clock_hz: float
     cores: int
     memories: dict[str, SharedMemory]
-    buffer_bytes: dict[str, int]                      # per-core buffer capacities
+    buffer_bytes: dict[str, int]  # per-core buffer capacities
     engines: dict[str, Engine]
     cube: Cube
     vector: Vector
@@ -113,8 +113,11 @@ class Hardware:
 
     @property
     def kernel_gap(self) -> int:
-        return self.launch_overhead_cycles if self.kernel_gap_cycles is None \
+        return (
+            self.launch_overhead_cycles
+            if self.kernel_gap_cycles is None
             else self.kernel_gap_cycles
+        )
 
     def route(self, source: str, destination: str) -> tuple[Engine, float]:
         """The engine that moves data from source to destination, and its per-core rate."""
@@ -122,8 +125,7 @@ class Hardware:
             rate = engine.path_bytes_per_cycle.get((source, destination))
             if rate is not None:
                 return engine, rate
-        raise InvariantError(f"{self.name}: no engine serves the path "
-                             f"{source}->{destination}")
+        raise InvariantError(f"{self.name}: no engine serves the path {source}->{destination}")
 
     def peak_flops_per_cycle(self, dtype: str) -> int:
         m, n, k = self.cube.fractal[dtype]
@@ -135,20 +137,31 @@ class Hardware:
     def to_dict(self) -> dict:
         """The resolved figures (bytes, cycles, bytes per cycle), for a report's provenance."""
         return {
-            "name": self.name, "clock_hz": self.clock_hz, "cores": self.cores,
+            "name": self.name,
+            "clock_hz": self.clock_hz,
+            "cores": self.cores,
             "memories": {n: asdict(m) for n, m in self.memories.items()},
             "buffer_bytes": dict(self.buffer_bytes),
-            "engines": {n: {"latency_cycles": e.latency_cycles, "queue_depth": e.queue_depth,
-                            "packet_bytes": e.packet_bytes,
-                            "path_bytes_per_cycle": {f"{s}->{d}": r for (s, d), r
-                                                     in e.path_bytes_per_cycle.items()}}
-                        for n, e in self.engines.items()},
-            "cube": {"latency_cycles": self.cube.latency_cycles,
-                     "fractal": {k: list(v) for k, v in self.cube.fractal.items()}},
+            "engines": {
+                n: {
+                    "latency_cycles": e.latency_cycles,
+                    "queue_depth": e.queue_depth,
+                    "packet_bytes": e.packet_bytes,
+                    "path_bytes_per_cycle": {
+                        f"{s}->{d}": r for (s, d), r in e.path_bytes_per_cycle.items()
+                    },
+                }
+                for n, e in self.engines.items()
+            },
+            "cube": {
+                "latency_cycles": self.cube.latency_cycles,
+                "fractal": {k: list(v) for k, v in self.cube.fractal.items()},
+            },
             "vector": asdict(self.vector),
             "launch_overhead_cycles": self.launch_overhead_cycles,
             "multicast_cores": self.multicast_cores,
-            "kernel_gap_cycles": self.kernel_gap, "graph_launch": self.graph_launch,
+            "kernel_gap_cycles": self.kernel_gap,
+            "graph_launch": self.graph_launch,
             "epilogue_in_registers": self.epilogue_in_registers,
             "l2_serialises_same_address": self.l2_serialises_same_address,
         }
@@ -169,8 +182,12 @@ def preset_names() -> list[str]:
     return sorted(p.stem for p in PRESET_DIR.glob("*.yaml"))
 
 
-def load_hardware(name_or_path: str, overrides: list[tuple[str, Any]] = (),
-                  relative_to: Path | None = None, named_in: str | None = None) -> Hardware:
+def load_hardware(
+    name_or_path: str,
+    overrides: list[tuple[str, Any]] = (),
+    relative_to: Path | None = None,
+    named_in: str | None = None,
+) -> Hardware:
     """Load and validate a hardware preset or file; `overrides` are (dotted path, value) pairs.
 
     `named_in` is the workload file (or the override) that names this hardware: a name
@@ -181,28 +198,35 @@ def load_hardware(name_or_path: str, overrides: list[tuple[str, Any]] = (),
         field = ""
     names_a_file = Path(name_or_path).suffix in (".yaml", ".yml")
     if not names_a_file and not (_PRESET_NAME.fullmatch(name_or_path) and os.path.isfile(path)):
-        raise ConfigError(where, [f"{field}no hardware preset named {quote(name_or_path)} "
-                                  f"(presets: {', '.join(preset_names())}; a hardware file's "
-                                  "path ends in .yaml)"])
+        raise ConfigError(
+            where,
+            [
+                f"{field}no hardware preset named {quote(name_or_path)} "
+                f"(presets: {', '.join(preset_names())}; a hardware file's "
+                "path ends in .yaml)"
+            ],
+        )
     if not os.path.exists(path):
-        raise ConfigError(where, [f"{field}{quote(name_or_path)}: no such file "
-                                  f"({quote(str(path))})"])
+        raise ConfigError(
+            where, [f"{field}{quote(name_or_path)}: no such file ({quote(str(path))})"]
+        )
     raw = apply_overrides(read_yaml(path), list(overrides), str(path), HARDWARE_PREFIX)
-    return parse_hardware(raw, str(path), {p: override_label(HARDWARE_PREFIX + p, v)
-                                           for p, v in overrides})
+    return parse_hardware(
+        raw, str(path), {p: override_label(HARDWARE_PREFIX + p, v) for p, v in overrides}
+    )
 
 
 _PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 # Sanity ranges: a figure outside them is a slip (a unit off by a factor of a thousand or a
 # million), not a chip.
-CLOCK_RANGE_HZ = (1e6, 1e11)            # 1 MHz to 100 GHz
-MAX_LATENCY_S = 100e-6                  # the start-up of any memory, engine or unit
-MAX_LAUNCH_OVERHEAD_S = 10e-3           # dispatching one kernel
-MAX_MULTICAST_CORES = 16               # Hopper's largest (non-portable) cluster
-PACKET_RANGE_BYTES = (32, 65536)        # a global transfer's packet: a power of two
-MAX_QUEUE_DEPTH = 1024                  # transfers in flight on one core's engine
-MAX_COST_FACTOR = 1000.0                # cycles per byte of a vector op, relative to an add
+CLOCK_RANGE_HZ = (1e6, 1e11)  # 1 MHz to 100 GHz
+MAX_LATENCY_S = 100e-6  # the start-up of any memory, engine or unit
+MAX_LAUNCH_OVERHEAD_S = 10e-3  # dispatching one kernel
+MAX_MULTICAST_CORES = 16  # Hopper's largest (non-portable) cluster
+PACKET_RANGE_BYTES = (32, 65536)  # a global transfer's packet: a power of two
+MAX_QUEUE_DEPTH = 1024  # transfers in flight on one core's engine
+MAX_COST_FACTOR = 1000.0  # cycles per byte of a vector op, relative to an add
 RATE_RANGE_BYTES_PER_CYCLE = (1e-3, 1e6)  # any memory, path or unit: 1 MB/s to 1 PB/s at 1 GHz
 
 
@@ -211,8 +235,9 @@ def packet_size(value: Any) -> int:
     nbytes = parse_size(value)
     low, high = PACKET_RANGE_BYTES
     if not low <= nbytes <= high or nbytes & (nbytes - 1):
-        raise ValueError(f"{quote(value)} must be a power of two from {low} B to "
-                         f"{format_size(high)}")
+        raise ValueError(
+            f"{quote(value)} must be a power of two from {low} B to {format_size(high)}"
+        )
     return nbytes
 
 
@@ -233,8 +258,10 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         f = top.sub(mem)
         if mem == "L2":
             multicast = f.get("multicast", as_int(1, MAX_MULTICAST_CORES), default=1)
-            serialise = f.get("same_address_reads", one_of("share", "serialise"),
-                              default="share") == "serialise"
+            serialise = (
+                f.get("same_address_reads", one_of("share", "serialise"), default="share")
+                == "serialise"
+            )
         memories[mem] = SharedMemory(
             name=mem,
             capacity_bytes=f.get("capacity", parse_size),
@@ -264,8 +291,10 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
             path_name = f"{paths_f.path}.{key}"
             ends = str(key).split("->")
             if len(ends) != 2 or any(e not in LEVELS for e in ends):
-                problems.add(path_name, f"a path is written SOURCE->DESTINATION with levels from "
-                             f"{', '.join(LEVELS)}")
+                problems.add(
+                    path_name,
+                    f"a path is written SOURCE->DESTINATION with levels from {', '.join(LEVELS)}",
+                )
                 continue
             if tuple(ends) in served:
                 problems.add(path_name, f"path already served by {served[tuple(ends)]}")
@@ -314,42 +343,66 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         _check_topology(served, problems)
         _check_buffers(buffer_bytes, fractal, problems)
     problems.raise_if_any()
-    return Hardware(name, source, clock_hz, cores, memories, buffer_bytes, engines,
-                    Cube(cube_latency, fractal), Vector(vec_rate, vec_latency, factors), launch,
-                    multicast, serialise, kernel_gap, graph_launch, epilogue == "registers")
+    return Hardware(
+        name,
+        source,
+        clock_hz,
+        cores,
+        memories,
+        buffer_bytes,
+        engines,
+        Cube(cube_latency, fractal),
+        Vector(vec_rate, vec_latency, factors),
+        launch,
+        multicast,
+        serialise,
+        kernel_gap,
+        graph_launch,
+        epilogue == "registers",
+    )
 
 
 def _clock(value: Any) -> float:
     hertz = parse_clock(value)
     low, high = CLOCK_RANGE_HZ
     if not low <= hertz <= high:
-        raise ValueError(f"{quote(value)} is outside the {low / 1e6:g} MHz to {high / 1e9:g} "
-                         "GHz a chip's clock can be")
+        raise ValueError(
+            f"{quote(value)} is outside the {low / 1e6:g} MHz to {high / 1e9:g} "
+            "GHz a chip's clock can be"
+        )
     return hertz
 
 
 def _rate(clock_hz: float):
     """Bytes per cycle, refused outside RATE_RANGE_BYTES_PER_CYCLE (the unit is surely wrong)."""
+
     def parse(value: Any) -> float:
         per_cycle = parse_rate(value, clock_hz)
         low, high = RATE_RANGE_BYTES_PER_CYCLE
         if not low <= per_cycle <= high:
-            raise ValueError(f"{quote(value)} is {per_cycle:.3g} bytes per cycle, outside the "
-                             f"{low:g} to {high:,.0f} a memory, path or unit can sensibly move "
-                             "(is the unit right?)")
+            raise ValueError(
+                f"{quote(value)} is {per_cycle:.3g} bytes per cycle, outside the "
+                f"{low:g} to {high:,.0f} a memory, path or unit can sensibly move "
+                "(is the unit right?)"
+            )
         return per_cycle
+
     return parse
 
 
 def _latency(clock_hz: float, maximum_s: float):
     """A time in whole cycles, refused beyond `maximum_s` (the unit is then surely wrong)."""
+
     def parse(value: Any) -> int:
         cycles = parse_time(value, clock_hz)
         if cycles > maximum_s * clock_hz:
-            raise ValueError(f"{quote(value)} is {cycles / clock_hz * 1e6:,.0f} µs, beyond the "
-                             f"{maximum_s * 1e6:,.0f} µs this can sensibly take (is the unit "
-                             "right?)")
+            raise ValueError(
+                f"{quote(value)} is {cycles / clock_hz * 1e6:,.0f} µs, beyond the "
+                f"{maximum_s * 1e6:,.0f} µs this can sensibly take (is the unit "
+                "right?)"
+            )
         return cycles
+
     return parse
 
 
@@ -359,34 +412,57 @@ def _check_buffers(capacity: dict[str, int], fractal: dict, problems: Problems) 
     accumulator block drained for an epilogue."""
     for buf in ("L0A", "L0B"):
         if capacity[buf] > capacity["L1"]:
-            problems.add(f"{buf}.capacity", f"{format_size(capacity[buf])} is larger than L1 "
-                         f"({format_size(capacity['L1'])}), which fills it")
-    needs: dict[str, tuple[int, str]] = {}       # buffer -> (bytes, the fractal that needs it)
+            problems.add(
+                f"{buf}.capacity",
+                f"{format_size(capacity[buf])} is larger than L1 "
+                f"({format_size(capacity['L1'])}), which fills it",
+            )
+    needs: dict[str, tuple[int, str]] = {}  # buffer -> (bytes, the fractal that needs it)
     for dtype, (m, n, k) in fractal.items():
         width = DTYPE_BYTES[dtype]
-        for buf, nbytes in (("L0A", m * k * width), ("L0B", k * n * width),
-                            ("L0C", m * n * ACCUMULATOR_BYTES), ("UB", m * n * ACCUMULATOR_BYTES),
-                            ("L1", (m + n) * k * width)):
+        for buf, nbytes in (
+            ("L0A", m * k * width),
+            ("L0B", k * n * width),
+            ("L0C", m * n * ACCUMULATOR_BYTES),
+            ("UB", m * n * ACCUMULATOR_BYTES),
+            ("L1", (m + n) * k * width),
+        ):
             needs[buf] = max(needs.get(buf, (0, "")), (nbytes, f"{dtype} {m}x{n}x{k}"))
     for buf, (nbytes, which) in needs.items():
         if capacity[buf] < nbytes:
-            problems.add(f"{buf}.capacity", f"{format_size(capacity[buf])} cannot hold its part "
-                         f"of one Cube fractal ({which}): it needs {nbytes:,} B")
+            problems.add(
+                f"{buf}.capacity",
+                f"{format_size(capacity[buf])} cannot hold its part "
+                f"of one Cube fractal ({which}): it needs {nbytes:,} B",
+            )
 
 
 # Paths the lowering uses: staging operands, feeding the Cube, draining, vector kernels.
 # Every path the lowering moves data on, and the engine (the pipe) it issues the move to.
-REQUIRED_PATHS = {("HBM", "L1"): "MTE2", ("L2", "L1"): "MTE2", ("HBM", "UB"): "MTE2",
-                  ("L2", "UB"): "MTE2", ("L1", "L0A"): "MTE1", ("L1", "L0B"): "MTE1",
-                  ("L0C", "HBM"): "FIXPIPE", ("L0C", "UB"): "FIXPIPE", ("UB", "HBM"): "MTE3"}
+REQUIRED_PATHS = {
+    ("HBM", "L1"): "MTE2",
+    ("L2", "L1"): "MTE2",
+    ("HBM", "UB"): "MTE2",
+    ("L2", "UB"): "MTE2",
+    ("L1", "L0A"): "MTE1",
+    ("L1", "L0B"): "MTE1",
+    ("L0C", "HBM"): "FIXPIPE",
+    ("L0C", "UB"): "FIXPIPE",
+    ("UB", "HBM"): "MTE3",
+}
 
 
 def _check_topology(served: dict, problems: Problems) -> None:
     for (source, destination), engine in REQUIRED_PATHS.items():
         name = f"{source}->{destination}"
         if (source, destination) not in served:
-            problems.add("", f"no engine serves the path {name}, which the lowering needs; "
-                         f"add it to {engine}'s paths")
+            problems.add(
+                "",
+                f"no engine serves the path {name}, which the lowering needs; "
+                f"add it to {engine}'s paths",
+            )
         elif served[source, destination] != engine:
-            problems.add(f"{served[source, destination]}.paths.{name}", f"the lowering moves "
-                         f"{name} on {engine}; give the path to {engine}")
+            problems.add(
+                f"{served[source, destination]}.paths.{name}",
+                f"the lowering moves {name} on {engine}; give the path to {engine}",
+            )

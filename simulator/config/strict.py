@@ -29,9 +29,9 @@ class SkipField(Exception):
 
 # What one YAML input (a file, or the value of an override) may hold. Beyond these an input
 # is refused with the limit named, before it can exhaust memory or the interpreter's stack.
-MAX_FILE_BYTES = 1024 * 1024        # a workload or hardware file is a few KiB
-MAX_NESTING = 32                    # mappings and lists inside each other, aliases followed
-MAX_VALUES = 100_000                # scalars, lists and mappings, each alias expanded
+MAX_FILE_BYTES = 1024 * 1024  # a workload or hardware file is a few KiB
+MAX_NESTING = 32  # mappings and lists inside each other, aliases followed
+MAX_VALUES = 100_000  # scalars, lists and mappings, each alias expanded
 
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
@@ -53,8 +53,9 @@ class _StrictLoader(yaml.SafeLoader):
         self.depth += 1
         try:
             if self.depth > MAX_NESTING:
-                raise YamlLimitError(f"nested deeper than {MAX_NESTING} levels",
-                                     self.peek_event().start_mark)
+                raise YamlLimitError(
+                    f"nested deeper than {MAX_NESTING} levels", self.peek_event().start_mark
+                )
             return super().compose_node(parent, index)
         finally:
             self.depth -= 1
@@ -70,12 +71,15 @@ def _construct_mapping(loader: _StrictLoader, node: yaml.MappingNode, deep: bool
         key = loader.construct_object(key_node, deep=deep)
         if not isinstance(key, (str, int, float, bool)) and key is not None:
             raise yaml.constructor.ConstructorError(
-                None, None, f"a key must be a plain name, not {describe(key)}",
-                key_node.start_mark)
+                None, None, f"a key must be a plain name, not {describe(key)}", key_node.start_mark
+            )
         if key in seen:
             raise yaml.constructor.ConstructorError(
-                None, None, f"duplicate key {quote(key)} (first at line {seen[key] + 1})",
-                key_node.start_mark)
+                None,
+                None,
+                f"duplicate key {quote(key)} (first at line {seen[key] + 1})",
+                key_node.start_mark,
+            )
         seen[key] = key_node.start_mark.line
     return loader.construct_mapping(node, deep=deep)
 
@@ -89,15 +93,23 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 _INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
 _StrictLoader.yaml_implicit_resolvers = {
     first: [(tag, rx) for tag, rx in entries if tag not in (_INT_TAG, _FLOAT_TAG)]
-    for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
 _StrictLoader.add_implicit_resolver(
-    _INT_TAG, re.compile(r"^[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+)$"),
-    list("-+0123456789"))
+    _INT_TAG,
+    re.compile(r"^[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+)$"),
+    list("-+0123456789"),
+)
 _StrictLoader.add_implicit_resolver(
-    _FLOAT_TAG, re.compile(r"""^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)
+    _FLOAT_TAG,
+    re.compile(
+        r"""^(?:[-+]?(?:[0-9][0-9_]*\.[0-9_]*|\.[0-9][0-9_]*)
                                    (?:[eE][-+]?[0-9]+)?
-                               |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""", re.X),
-    list("-+0123456789."))
+                               |[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$""",
+        re.X,
+    ),
+    list("-+0123456789."),
+)
 
 
 def _measure(node: yaml.Node, depth: int, memo: dict, active: set) -> tuple[int, int]:
@@ -106,8 +118,9 @@ def _measure(node: yaml.Node, depth: int, memo: dict, active: set) -> tuple[int,
     if id(node) in memo:
         values, height = memo[id(node)]
         if depth + height > MAX_NESTING:
-            raise YamlLimitError(f"aliases nest it deeper than {MAX_NESTING} levels",
-                                 node.start_mark)
+            raise YamlLimitError(
+                f"aliases nest it deeper than {MAX_NESTING} levels", node.start_mark
+            )
         return values, height
     if id(node) in active:
         raise YamlLimitError("an alias refers to the anchor it is inside of", node.start_mark)
@@ -125,8 +138,9 @@ def _measure(node: yaml.Node, depth: int, memo: dict, active: set) -> tuple[int,
         values += child_values
         height = max(height, child_height + 1)
         if values > MAX_VALUES:
-            raise YamlLimitError(f"expands to more than {MAX_VALUES:,} values (aliases "
-                                 "included)", node.start_mark)
+            raise YamlLimitError(
+                f"expands to more than {MAX_VALUES:,} values (aliases included)", node.start_mark
+            )
     active.discard(id(node))
     memo[id(node)] = (values, height)
     return values, height
@@ -142,7 +156,7 @@ def parse_yaml(text: str) -> Any:
         _measure(node, 1, {}, set())
         try:
             return loader.construct_document(node)
-        except (ValueError, OverflowError) as exc:    # e.g. an integer of 5,000 digits
+        except (ValueError, OverflowError) as exc:  # e.g. an integer of 5,000 digits
             raise YamlLimitError(f"a value cannot be read ({str(exc)[:80]})", None) from None
     finally:
         loader.dispose()
@@ -173,8 +187,10 @@ def read_text(path: str | Path, limit_bytes: int = MAX_FILE_BYTES) -> str:
     if stat.S_ISDIR(info.st_mode):
         raise ConfigError(source, ["is a directory, not a YAML file"])
     if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(source, ["is not a regular file (a device, FIFO or socket); "
-                                   "give the path of a YAML file"])
+        raise ConfigError(
+            source,
+            ["is not a regular file (a device, FIFO or socket); give the path of a YAML file"],
+        )
     too_large = [f"is larger than the {format_size(limit_bytes)} a YAML input may be"]
     if info.st_size > limit_bytes:
         raise ConfigError(source, too_large)
@@ -188,8 +204,7 @@ def read_text(path: str | Path, limit_bytes: int = MAX_FILE_BYTES) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise ConfigError(source, [f"cannot be read: not UTF-8 text (byte {exc.start})"]) \
-            from None
+        raise ConfigError(source, [f"cannot be read: not UTF-8 text (byte {exc.start})"]) from None
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -201,8 +216,9 @@ def read_yaml(path: str | Path) -> dict:
     except yaml.YAMLError as exc:
         raise ConfigError(source, [yaml_problem(exc)]) from None
     if not isinstance(data, dict):
-        raise ConfigError(source, ["the top level must be a mapping of fields, got "
-                                   f"{describe(data)}"])
+        raise ConfigError(
+            source, [f"the top level must be a mapping of fields, got {describe(data)}"]
+        )
     return data
 
 
@@ -210,8 +226,14 @@ def describe(value: object) -> str:
     """How an error message names what the user wrote: 'a list', 'an integer'..."""
     if value is None:
         return "nothing"
-    return {dict: "a mapping", list: "a list", str: "a string", bool: "a boolean",
-            int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
+    return {
+        dict: "a mapping",
+        list: "a list",
+        str: "a string",
+        bool: "a boolean",
+        int: "an integer",
+        float: "a number",
+    }.get(type(value), type(value).__name__)
 
 
 def join(path: str, key: object) -> str:
@@ -231,7 +253,7 @@ class Fields:
     def __init__(self, raw: object, path: str, problems: Problems):
         self.path = path
         self.problems = problems
-        self.broken = False         # not a mapping: reported once, its fields not blamed
+        self.broken = False  # not a mapping: reported once, its fields not blamed
         if raw is None:
             raw = {}
         if not isinstance(raw, dict):
@@ -270,8 +292,11 @@ class Fields:
         for key in self.raw:
             if key not in self.used:
                 known = ", ".join(sorted(self.used))
-                self.problems.add(join(self.path, key_text(key)),
-                                  f"unknown field (known fields: {known})", unknown=True)
+                self.problems.add(
+                    join(self.path, key_text(key)),
+                    f"unknown field (known fields: {known})",
+                    unknown=True,
+                )
 
 
 def key_text(key: object) -> str:
@@ -290,8 +315,10 @@ def not_an_integer(value: Any) -> str:
         except ValueError:
             number = None
         if number is not None and number.is_integer() and abs(number) < 1e18:
-            return (f"got the text {quote(value)} (YAML reads {value.strip()[:20]} as text, not "
-                    f"a number); write {int(number)}")
+            return (
+                f"got the text {quote(value)} (YAML reads {value.strip()[:20]} as text, not "
+                f"a number); write {int(number)}"
+            )
     return f"got {describe(value)} {quote(value)}"
 
 
@@ -304,6 +331,7 @@ def as_int(minimum: int = 1, maximum: int | None = None) -> Callable[[Any], int]
         if maximum is not None and value > maximum:
             raise ValueError(f"{quote(value)} is above the maximum of {maximum:,}")
         return value
+
     return parse
 
 
@@ -315,8 +343,10 @@ def not_a_number(value: Any) -> str:
         except ValueError:
             number = math.nan
         if math.isfinite(number):
-            return (f"got the text {quote(value)} (YAML reads {value.strip()[:20]} as text, not "
-                    f"a number); write {number!r}")
+            return (
+                f"got the text {quote(value)} (YAML reads {value.strip()[:20]} as text, not "
+                f"a number); write {number!r}"
+            )
     return f"got {describe(value)} {quote(value)}"
 
 
@@ -330,12 +360,14 @@ def as_fraction(value: Any) -> float:
 
 def as_number(maximum: float) -> Callable[[Any], float]:
     """A positive, finite number no larger than `maximum`."""
+
     def parse(value: Any) -> float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"expected a positive number, {not_a_number(value)}")
-        if not 0 < value <= maximum:   # false for nan too
+        if not 0 < value <= maximum:  # false for nan too
             raise ValueError(f"{quote(value)} must be above 0 and at most {maximum:g}")
         return float(value)
+
     return parse
 
 
@@ -359,37 +391,55 @@ def one_of(*choices: str) -> Callable[[Any], str]:
         if not isinstance(value, str) or value not in choices:
             raise ValueError(f"{quote(value)} is not one of: {', '.join(choices)}")
         return value
+
     return parse
 
 
-HARDWARE_PREFIX = "hardware."     # an override of the workload's hardware, not of the workload
+HARDWARE_PREFIX = "hardware."  # an override of the workload's hardware, not of the workload
 
 
 def parse_override(text: str) -> tuple[str, Any]:
     """'params.tokens=2048' -> ('params.tokens', 2048); the value is read as bounded YAML
     (text that is not YAML stays text)."""
     if "=" not in text:
-        raise ConfigError("--set", [f"{OVERRIDE_MARK}{quote(text)}: must be PATH=VALUE, e.g. "
-                                    "params.tokens=2048"])
+        raise ConfigError(
+            "--set", [f"{OVERRIDE_MARK}{quote(text)}: must be PATH=VALUE, e.g. params.tokens=2048"]
+        )
     path, _, value_text = text.partition("=")
     path = path.strip()
     if not path or any(not part.strip() for part in path.split(".")):
-        raise ConfigError("--set", [f"{OVERRIDE_MARK}{quote(text)}: {quote(path)} is not a "
-                                    "dotted field path such as params.tokens"])
+        raise ConfigError(
+            "--set",
+            [
+                f"{OVERRIDE_MARK}{quote(text)}: {quote(path)} is not a "
+                "dotted field path such as params.tokens"
+            ],
+        )
     if len(path.split(".")) > MAX_NESTING:
-        raise ConfigError("--set", [f"{OVERRIDE_MARK}{quote(path)}: deeper than the "
-                                    f"{MAX_NESTING} levels a field path may have"])
+        raise ConfigError(
+            "--set",
+            [
+                f"{OVERRIDE_MARK}{quote(path)}: deeper than the "
+                f"{MAX_NESTING} levels a field path may have"
+            ],
+        )
     if not value_text.strip():
         return path, ""
     if value_text.strip()[0] not in "'\"" and re.search(r"(^|\s)#", value_text):
-        raise ConfigError("--set", [f"{OVERRIDE_MARK}{override_label(path, value_text)}: a '#' "
-                                    "starts a YAML comment, so what follows would be dropped; "
-                                    "put the value in quotes"])
+        raise ConfigError(
+            "--set",
+            [
+                f"{OVERRIDE_MARK}{override_label(path, value_text)}: a '#' "
+                "starts a YAML comment, so what follows would be dropped; "
+                "put the value in quotes"
+            ],
+        )
     try:
         return path, parse_yaml(value_text)
     except YamlLimitError as exc:
-        raise ConfigError("--set", [f"{OVERRIDE_MARK}{override_label(path, value_text)}: "
-                                    f"refused: {exc.problem}"]) from None
+        raise ConfigError(
+            "--set", [f"{OVERRIDE_MARK}{override_label(path, value_text)}: refused: {exc.problem}"]
+        ) from None
     except yaml.YAMLError:
         return path, value_text
 
@@ -399,11 +449,12 @@ def override_label(path: str, value: Any) -> str:
     text = "".join(c if c.isprintable() else repr(c)[1:-1] for c in f"{path}={value}")
     if len(text) <= 2 * QUOTE_CHARS:
         return text
-    return f"{text[:2 * QUOTE_CHARS]}... ({len(text):,} characters)"
+    return f"{text[: 2 * QUOTE_CHARS]}... ({len(text):,} characters)"
 
 
-def apply_overrides(raw: dict, overrides: list[tuple[str, Any]], source: str,
-                    prefix: str = "") -> dict:
+def apply_overrides(
+    raw: dict, overrides: list[tuple[str, Any]], source: str, prefix: str = ""
+) -> dict:
     """Return a copy of `raw` with each dotted-path override set (creating mappings as needed).
 
     Unknown fields are not judged here: the strict validation that follows
@@ -422,10 +473,14 @@ def apply_overrides(raw: dict, overrides: list[tuple[str, Any]], source: str,
                 child = node[key] = {}
             if not isinstance(child, dict):
                 where = ".".join(keys[: depth + 1])
-                raise ConfigError(source, [
-                    f"{OVERRIDE_MARK}{override_label(prefix + path, value)}: {quote(where)} is "
-                    f"{describe(child)}, not a mapping of fields (in {source})"],
-                    unknown_paths=(prefix + path,))
+                raise ConfigError(
+                    source,
+                    [
+                        f"{OVERRIDE_MARK}{override_label(prefix + path, value)}: {quote(where)} is "
+                        f"{describe(child)}, not a mapping of fields (in {source})"
+                    ],
+                    unknown_paths=(prefix + path,),
+                )
             node = child
         node[keys[-1]] = value
     return result

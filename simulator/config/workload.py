@@ -32,8 +32,8 @@ from .strict import (
 
 DTYPES = tuple(DTYPE_BYTES)
 TENSOR_KINDS = ("activation", "weight", "cache")
-STRIDED_WAYS = ("direct", "copy")   # how kernels take a slice: read it in place, or copied
-LAYOUTS = ("nd", "nz")             # row-major, or Ascend's fractal (FRACTAL_NZ) layout
+STRIDED_WAYS = ("direct", "copy")  # how kernels take a slice: read it in place, or copied
+LAYOUTS = ("nd", "nz")  # row-major, or Ascend's fractal (FRACTAL_NZ) layout
 ORDERS = ("m", "n")
 FUSION_MODES = ("none", "auto")
 
@@ -43,9 +43,9 @@ class Tensor:
     name: str
     shape: tuple[int, ...]
     dtype: str
-    kind: str                  # activation | weight | intermediate (produced by an op)
-    path: str = ""             # where it is declared, or the op that produces it
-    layout: str = "nd"         # nd: row-major; nz: Ascend's fractal layout (see cost.py)
+    kind: str  # activation | weight | intermediate (produced by an op)
+    path: str = ""  # where it is declared, or the op that produces it
+    layout: str = "nd"  # nd: row-major; nz: Ascend's fractal layout (see cost.py)
 
     @property
     def nbytes(self) -> int:
@@ -61,13 +61,14 @@ class Op:
     op: str
     inputs: tuple[str, ...]
     output: str
-    path: str                  # YAML path, for error messages
+    path: str  # YAML path, for error messages
     attrs: dict = field(default_factory=dict, hash=False, compare=False)
 
 
 @dataclass(frozen=True)
 class TilingSpec:
     """What the file says about one kernel's tiling; None = derive from shapes and buffers."""
+
     base_m: int | None = None
     base_n: int | None = None
     base_k: int | None = None
@@ -77,7 +78,7 @@ class TilingSpec:
     split_b: int | None = None
     split_m: int | None = None
     split_n: int | None = None
-    split_blocks: bool | None = None    # `split: blocks`: deal whole base blocks to the cores
+    split_blocks: bool | None = None  # `split: blocks`: deal whole base blocks to the cores
     acc_buffers: int | None = None
     path: str = ""
 
@@ -90,9 +91,9 @@ class Workload:
     params: dict[str, int]
     dtype: str
     tensors: dict[str, Tensor]
-    ops: tuple[Op, ...]                    # in a topological order (file order breaks ties)
-    fusion: str | tuple[tuple[str, ...], ...]   # "none", "auto", or explicit groups of op names
-    tiling: dict[str, TilingSpec]          # op name or "default" -> spec
+    ops: tuple[Op, ...]  # in a topological order (file order breaks ties)
+    fusion: str | tuple[tuple[str, ...], ...]  # "none", "auto", or explicit groups of op names
+    tiling: dict[str, TilingSpec]  # op name or "default" -> spec
     overrides: tuple[tuple[str, Any], ...] = field(default=())
 
     def tiling_for(self, op_name: str) -> TilingSpec:
@@ -103,47 +104,69 @@ def load_workload(path: str | Path, overrides: list[str] | list[tuple[str, Any]]
     """Load, override, validate. Overrides starting with 'hardware.' apply to the hardware,
     whose path in the file is relative to the workload file's folder."""
     if not isinstance(path, (str, os.PathLike)):
-        raise TypeError(f"load_workload() takes the path of a workload file, got "
-                        f"{type(path).__name__}")
+        raise TypeError(
+            f"load_workload() takes the path of a workload file, got {type(path).__name__}"
+        )
     pairs = [parse_override(o) if isinstance(o, str) else tuple(o) for o in overrides]
     source = str(path)
     given: dict[str, Any] = {}
     for override_path, value in pairs:
         if given.setdefault(override_path, value) != value:
-            raise ConfigError(source, [
-                f"{OVERRIDE_MARK}{override_label(override_path, value)}: {override_path} is "
-                f"already set to {quote(given[override_path])} by another override; give each "
-                "field one value"])
-    hw_overrides = [(p[len(HARDWARE_PREFIX):], v) for p, v in pairs
-                    if p.startswith(HARDWARE_PREFIX)]
+            raise ConfigError(
+                source,
+                [
+                    f"{OVERRIDE_MARK}{override_label(override_path, value)}: {override_path} is "
+                    f"already set to {quote(given[override_path])} by another override; give each "
+                    "field one value"
+                ],
+            )
+    hw_overrides = [
+        (p[len(HARDWARE_PREFIX) :], v) for p, v in pairs if p.startswith(HARDWARE_PREFIX)
+    ]
     wl_overrides = [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)]
     raw = read_yaml(path)
     known_params = raw.get("params") if isinstance(raw.get("params"), dict) else {}
     for override_path, value in wl_overrides:
         head, _, param = override_path.partition(".")
         if head == "params" and param and param not in known_params:
-            raise ConfigError(source, [
-                f"{OVERRIDE_MARK}{override_label(override_path, value)}: no param "
-                f"{quote(param)} in {source} (params: "
-                f"{', '.join(map(str, known_params)) or 'none'})"],
-                unknown_paths=(override_path,))
+            raise ConfigError(
+                source,
+                [
+                    f"{OVERRIDE_MARK}{override_label(override_path, value)}: no param "
+                    f"{quote(param)} in {source} (params: "
+                    f"{', '.join(map(str, known_params)) or 'none'})"
+                ],
+                unknown_paths=(override_path,),
+            )
     raw = apply_overrides(raw, wl_overrides, source)
 
     hw_name = raw.get("hardware")
     if not isinstance(hw_name, str) or not hw_name.strip():
-        raise ConfigError(source, ["hardware: is required: a preset name such as 'ascend910' "
-                                   "or a path to a hardware YAML file"])
-    named_in = next((OVERRIDE_MARK + override_label(p, v) for p, v in wl_overrides
-                     if p == "hardware"), source)
-    hardware = load_hardware(hw_name, hw_overrides, relative_to=Path(path).resolve().parent,
-                             named_in=named_in)
+        raise ConfigError(
+            source,
+            [
+                "hardware: is required: a preset name such as 'ascend910' "
+                "or a path to a hardware YAML file"
+            ],
+        )
+    named_in = next(
+        (OVERRIDE_MARK + override_label(p, v) for p, v in wl_overrides if p == "hardware"), source
+    )
+    hardware = load_hardware(
+        hw_name, hw_overrides, relative_to=Path(path).resolve().parent, named_in=named_in
+    )
     return parse_workload(raw, source, hardware, tuple(pairs))
 
 
-def parse_workload(raw: dict, source: str, hardware: Hardware,
-                   overrides: tuple = ()) -> Workload:
-    problems = Problems(source, {path: override_label(path, value) for path, value in overrides
-                                 if not path.startswith(HARDWARE_PREFIX)})
+def parse_workload(raw: dict, source: str, hardware: Hardware, overrides: tuple = ()) -> Workload:
+    problems = Problems(
+        source,
+        {
+            path: override_label(path, value)
+            for path, value in overrides
+            if not path.startswith(HARDWARE_PREFIX)
+        },
+    )
     top = Fields(raw, "", problems)
     name = top.get("name", as_name)
     top.get("hardware", as_name)
@@ -155,20 +178,26 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
         params_f.used.add(key)
         if not isinstance(key, str) or not key.isidentifier() or not key.isascii():
             # ASCII: Python folds look-alike letters in expressions ('ｍ' reads as 'm')
-            problems.add(join("params", key_text(key)), "a param name must be an identifier "
-                         "of ASCII letters, digits and _")
+            problems.add(
+                join("params", key_text(key)),
+                "a param name must be an identifier of ASCII letters, digits and _",
+            )
             continue
         value = params_f.raw[key]
         if isinstance(value, bool) or not isinstance(value, int):
-            problems.add(join("params", key), f"must be a positive integer, "
-                         f"{not_an_integer(value)}")
+            problems.add(
+                join("params", key), f"must be a positive integer, {not_an_integer(value)}"
+            )
         elif not 1 <= value <= MAX_DIMENSION:
-            problems.add(join("params", key), f"must be a positive integer of at most "
-                         f"{MAX_DIMENSION:,} (2^32), got {quote(value)}")
+            problems.add(
+                join("params", key),
+                f"must be a positive integer of at most "
+                f"{MAX_DIMENSION:,} (2^32), got {quote(value)}",
+            )
         else:
             params[key] = value
             continue
-        params[key] = None      # reported: shapes that use it are skipped, not blamed
+        params[key] = None  # reported: shapes that use it are skipped, not blamed
 
     tensors: dict[str, Tensor] = {}
     tensors_f = top.sub("tensors")
@@ -181,8 +210,9 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
         layout = tf.get("layout", one_of(*LAYOUTS), default="nd")
         tf.finish()
         if shape is not None:
-            tensors[str(tname)] = Tensor(str(tname), shape, tdtype or "fp16",
-                                         kind or "activation", tf.path, layout or "nd")
+            tensors[str(tname)] = Tensor(
+                str(tname), shape, tdtype or "fp16", kind or "activation", tf.path, layout or "nd"
+            )
 
     broken = {str(name) for name in tensors_f.raw} - set(tensors)
     raw_ops = top.get("ops", _list_of_mappings)
@@ -201,12 +231,14 @@ def parse_workload(raw: dict, source: str, hardware: Hardware,
     _check_cube_modes(ops, tensors, hardware, problems)
     problems.raise_if_any()
     params = {k: v for k, v in params.items() if v is not None}
-    return Workload(name, source, hardware, params, dtype, tensors, tuple(ops), fusion, tiling,
-                    overrides)
+    return Workload(
+        name, source, hardware, params, dtype, tensors, tuple(ops), fusion, tiling, overrides
+    )
 
 
-def resolve(declared: dict[str, Tensor], broken: set[str], ops: list[Op],
-            problems: Problems) -> tuple[dict[str, Tensor], tuple[Op, ...]]:
+def resolve(
+    declared: dict[str, Tensor], broken: set[str], ops: list[Op], problems: Problems
+) -> tuple[dict[str, Tensor], tuple[Op, ...]]:
     """Check sources and cycles, infer produced tensors; returns (all tensors, ordered ops).
 
     Tensors in `broken` were declared but are invalid (already reported): ops that use them,
@@ -217,19 +249,27 @@ def resolve(declared: dict[str, Tensor], broken: set[str], ops: list[Op],
     producer: dict[str, Op] = {}
     for op in ops:
         if op.output in declared or op.output in broken:
-            problems.add(f"{op.path}.output", f"tensor '{op.output}' is declared under tensors "
-                         f"(an input); an op's output must be a new tensor")
+            problems.add(
+                f"{op.path}.output",
+                f"tensor '{op.output}' is declared under tensors "
+                f"(an input); an op's output must be a new tensor",
+            )
         elif op.output in producer:
             first = producer[op.output]
-            problems.add(f"{op.path}.output", f"tensor '{op.output}' is already produced by op "
-                         f"'{first.name}' ({first.path}); a tensor has one producer")
+            problems.add(
+                f"{op.path}.output",
+                f"tensor '{op.output}' is already produced by op "
+                f"'{first.name}' ({first.path}); a tensor has one producer",
+            )
         else:
             producer[op.output] = op
     for op in ops:
         for name in op.inputs:
             if name not in declared and name not in broken and name not in producer:
-                problems.add(f"{op.path}.inputs", f"tensor '{name}' is neither declared under "
-                             "tensors nor produced by any op")
+                problems.add(
+                    f"{op.path}.inputs",
+                    f"tensor '{name}' is neither declared under tensors nor produced by any op",
+                )
 
     deps = nx.DiGraph()
     deps.add_nodes_from(op.name for op in ops)
@@ -244,13 +284,20 @@ def resolve(declared: dict[str, Tensor], broken: set[str], ops: list[Op],
             cycle = [edge[0] for edge in nx.find_cycle(deps.subgraph(component))]
             via = [by_name[name].output for name in cycle]
             first = by_name[min(component, key=[o.name for o in ops].index)]
-            problems.add(first.path, f"ops {' → '.join(cycle + cycle[:1])} form a cycle "
-                         f"(through tensors {', '.join(via)}); a dataflow graph must be acyclic")
+            problems.add(
+                first.path,
+                f"ops {' → '.join(cycle + cycle[:1])} form a cycle "
+                f"(through tensors {', '.join(via)}); a dataflow graph must be acyclic",
+            )
             cyclic |= component
 
     position = {op.name: i for i, op in enumerate(ops)}
-    order = [by_name[n] for n in nx.lexicographical_topological_sort(
-        deps.subgraph(set(by_name) - cyclic), key=position.get)]
+    order = [
+        by_name[n]
+        for n in nx.lexicographical_topological_sort(
+            deps.subgraph(set(by_name) - cyclic), key=position.get
+        )
+    ]
     tensors = dict(declared)
     unusable = set(broken) | {by_name[n].output for n in cyclic}
     for op in order:
@@ -282,8 +329,10 @@ def _copy_slices(ops: list[Op], taken: set[str]) -> list[Op]:
         while view in taken:
             view += "~"
         taken.add(view)
-        result += [Op(op.name, op.op, op.inputs, view, op.path, op.attrs),
-                   Op(f"{op.name}~copy", "copy", (view,), op.output, op.path)]
+        result += [
+            Op(op.name, op.op, op.inputs, view, op.path, op.attrs),
+            Op(f"{op.name}~copy", "copy", (view,), op.output, op.path),
+        ]
     return result
 
 
@@ -293,8 +342,9 @@ def _list_of_mappings(value: Any) -> list:
     return value
 
 
-def _parse_ops(raw_ops: list | None, params: dict[str, int], problems: Problems,
-               broken: set[str]) -> list[Op]:
+def _parse_ops(
+    raw_ops: list | None, params: dict[str, int], problems: Problems, broken: set[str]
+) -> list[Op]:
     """The fields of each op; what they mean together is checked by the graph. The outputs
     of ops that are themselves wrong join `broken`, so their consumers are not blamed."""
     ops: list[Op] = []
@@ -314,8 +364,11 @@ def _parse_ops(raw_ops: list | None, params: dict[str, int], problems: Problems,
             continue
         path = f"ops[{index}] ({name})"
         if name == "default":
-            problems.add(f"{path}.name", "'default' is reserved: schedule.tiling.default is the "
-                         "tiling of every kernel without an entry of its own; rename the op")
+            problems.add(
+                f"{path}.name",
+                "'default' is reserved: schedule.tiling.default is the "
+                "tiling of every kernel without an entry of its own; rename the op",
+            )
             broken.add(output)
             continue
         if name in names:
@@ -353,10 +406,12 @@ def _fusion(value: Any, op_names: set[str]) -> str | tuple[tuple[str, ...], ...]
     if value in FUSION_MODES:
         return value
     if not isinstance(value, list) or not all(
-            isinstance(g, list) and g and all(isinstance(name, str) for name in g)
-            for g in value):
-        raise ValueError(f"{quote(value)} is not one of: auto, none, or a list of op-name groups "
-                         "such as [[gate, up, act, glu]]")
+        isinstance(g, list) and g and all(isinstance(name, str) for name in g) for g in value
+    ):
+        raise ValueError(
+            f"{quote(value)} is not one of: auto, none, or a list of op-name groups "
+            "such as [[gate, up, act, glu]]"
+        )
     seen: set[str] = set()
     for group in value:
         for name in group:
@@ -374,36 +429,48 @@ def _name_list(value: Any) -> list[str]:
     return value
 
 
-def _check_cube_modes(ops: tuple[Op, ...], tensors: dict[str, Tensor], hardware: Hardware,
-                      problems: Problems) -> None:
+def _check_cube_modes(
+    ops: tuple[Op, ...], tensors: dict[str, Tensor], hardware: Hardware, problems: Problems
+) -> None:
     """A matmul needs a mode of this chip's Cube for its input dtype (the ops registry has
     already refused dtypes no Cube multiplies)."""
     modes = hardware.cube.fractal
     for op in ops:
         dtype = tensors[op.inputs[0]].dtype if op.inputs[0] in tensors else None
         if OPS[op.op].unit == "cube" and dtype in CUBE_DTYPES and dtype not in modes:
-            problems.add(op.path, f"the Cube of {hardware.name} has no {dtype} mode (modes: "
-                         f"{', '.join(modes)}); give the tensors a dtype it has")
+            problems.add(
+                op.path,
+                f"the Cube of {hardware.name} has no {dtype} mode (modes: "
+                f"{', '.join(modes)}); give the tensors a dtype it has",
+            )
 
 
-def _parse_tiling(f: Fields, op_kinds: dict[str, str],
-                  problems: Problems) -> dict[str, TilingSpec]:
+def _parse_tiling(f: Fields, op_kinds: dict[str, str], problems: Problems) -> dict[str, TilingSpec]:
     result = {}
     for key in f.raw:
         f.used.add(key)
         path = join(f.path, key_text(key))
         if key != "default" and key not in op_kinds:
-            problems.add(path, f"no op named {quote(key)} (ops: {', '.join(sorted(op_kinds))}, "
-                         "or 'default')", unknown=True)
+            problems.add(
+                path,
+                f"no op named {quote(key)} (ops: {', '.join(sorted(op_kinds))}, or 'default')",
+                unknown=True,
+            )
             continue
         unit = OPS[op_kinds[key]].unit if key != "default" else "cube"
         if unit == "view":
-            problems.add(path, f"{key} is a {op_kinds[key]}, a view of its input in HBM: it "
-                         "runs no kernel, so it takes no tiling")
+            problems.add(
+                path,
+                f"{key} is a {op_kinds[key]}, a view of its input in HBM: it "
+                "runs no kernel, so it takes no tiling",
+            )
             continue
         if f.raw[key] == "auto":
-            problems.add(path, "'auto' asks for the tiling search, which is not built yet; "
-                         "leave this kernel out to get a legal tiling derived from its shapes")
+            problems.add(
+                path,
+                "'auto' asks for the tiling search, which is not built yet; "
+                "leave this kernel out to get a legal tiling derived from its shapes",
+            )
             continue
         t = Fields(f.raw[key], path, problems)
         base = t.sub("base", default={})
@@ -411,29 +478,43 @@ def _parse_tiling(f: Fields, op_kinds: dict[str, str],
         split_raw = t.raw.get("split") if isinstance(t.raw, dict) else None
         split_blocks = split_raw == "blocks"
         if isinstance(split_raw, str) and not split_blocks:
-            problems.add(join(path, "split"), f"{quote(split_raw)} is not a split: write "
-                         "{b: B, m: M, n: N} (cores per dimension) or 'blocks' (every base "
-                         "block dealt to the cores in turn)")
+            problems.add(
+                join(path, "split"),
+                f"{quote(split_raw)} is not a split: write "
+                "{b: B, m: M, n: N} (cores per dimension) or 'blocks' (every base "
+                "block dealt to the cores in turn)",
+            )
             split_raw = {}
         split = Fields({} if split_blocks else split_raw, join(path, "split"), problems)
         t.used.add("split")
         dim = as_int(1, 1 << 20)
         spec = TilingSpec(
-            base_m=base.get("m", dim, None), base_n=base.get("n", dim, None),
-            base_k=base.get("k", dim, None), step_k=step.get("k", dim, None),
+            base_m=base.get("m", dim, None),
+            base_n=base.get("n", dim, None),
+            base_k=base.get("k", dim, None),
+            step_k=step.get("k", dim, None),
             order=t.get("order", one_of(*ORDERS), None),
-            buffers=t.get("buffers", as_int(1, 2), None), split_b=split.get("b", dim, None),
-            split_m=split.get("m", dim, None), split_n=split.get("n", dim, None),
+            buffers=t.get("buffers", as_int(1, 2), None),
+            split_b=split.get("b", dim, None),
+            split_m=split.get("m", dim, None),
+            split_n=split.get("n", dim, None),
             acc_buffers=t.get("acc_buffers", as_int(1, 2), None),
-            split_blocks=split_blocks or None, path=path)
+            split_blocks=split_blocks or None,
+            path=path,
+        )
         for sub in (base, step, split, t):
             sub.finish()
-        given = [name.replace("_", ".") if name.startswith(("base", "step", "split")) else name
-                 for name in (spec_field.name for spec_field in fields(spec))
-                 if name not in ("buffers", "path") and getattr(spec, name) is not None]
+        given = [
+            name.replace("_", ".") if name.startswith(("base", "step", "split")) else name
+            for name in (spec_field.name for spec_field in fields(spec))
+            if name not in ("buffers", "path") and getattr(spec, name) is not None
+        ]
         if unit == "vector" and given:
-            problems.add(path, f"{key} is a {op_kinds[key]}, a vector op: its kernel's tiling "
-                         f"takes only buffers (given: {', '.join(given)})")
+            problems.add(
+                path,
+                f"{key} is a {op_kinds[key]}, a vector op: its kernel's tiling "
+                f"takes only buffers (given: {', '.join(given)})",
+            )
         result[str(key)] = spec
     f.finish()
     return result

@@ -35,10 +35,10 @@ class SharedChannel:
         self.env = env
         self.name = name
         self.bytes_per_cycle = bytes_per_cycle
-        self.flows: list[_Flow] = []        # in the order they started (they finish in it)
-        self.by_cap: list[_Flow] = []       # the same flows, ordered by cap for water-filling
+        self.flows: list[_Flow] = []  # in the order they started (they finish in it)
+        self.by_cap: list[_Flow] = []  # the same flows, ordered by cap for water-filling
         self.updated_at = 0
-        self.version = 0            # of the timer that will end the next flows
+        self.version = 0  # of the timer that will end the next flows
         self.timer_at: int | None = None
 
     def transfer(self, nbytes: int, cap_bytes_per_cycle: float) -> simpy.Event:
@@ -68,7 +68,7 @@ class SharedChannel:
         count = len(self.by_cap)
         for index, flow in enumerate(self.by_cap):
             share = left / (count - index)
-            if flow.cap >= share:       # this flow and every later (larger) cap: equal shares
+            if flow.cap >= share:  # this flow and every later (larger) cap: equal shares
                 for rest in self.by_cap[index:]:
                     rest.rate = share
                 break
@@ -80,7 +80,7 @@ class SharedChannel:
             flow.finish = finish = now + max(0, math.ceil(flow.remaining / flow.rate - _EPSILON))
             if soonest is None or finish < soonest:
                 soonest = finish
-        if soonest is not None and soonest != self.timer_at:     # else the timer set stands
+        if soonest is not None and soonest != self.timer_at:  # else the timer set stands
             self.version += 1
             version = self.version
             self.timer_at = soonest

@@ -25,7 +25,7 @@ from ..errors import InvariantError
 from ..schedule.program import Region
 
 MIN_GRANULE_ROWS, MAX_GRANULE_ROWS = 16, 64
-MIN_GRANULES = 1024             # of 2-byte elements, when the L2 is large enough
+MIN_GRANULES = 1024  # of 2-byte elements, when the L2 is large enough
 SECTOR_COLS = 16
 SECTORS = 16
 GRANULE_COLS = SECTOR_COLS * SECTORS
@@ -39,8 +39,9 @@ _COLUMN_OF = [_ROWS_OF[MAX_GRANULE_ROWS] << s for s in range(SECTORS)]
 def granule_rows(capacity_bytes: int) -> int:
     """The granule height for an L2 of `capacity_bytes` (see the module docstring)."""
     rows = MIN_GRANULE_ROWS
-    while rows < MAX_GRANULE_ROWS and capacity_bytes // (2 * rows * GRANULE_COLS * 2) \
-            >= MIN_GRANULES:
+    while (
+        rows < MAX_GRANULE_ROWS and capacity_bytes // (2 * rows * GRANULE_COLS * 2) >= MIN_GRANULES
+    ):
         rows *= 2
     return rows
 
@@ -49,9 +50,9 @@ class _Line:
     __slots__ = ("cells", "nbytes", "fill")
 
     def __init__(self, cells: int, nbytes: int, fill=None):
-        self.cells = cells      # present cells, bit (row * SECTORS + sector)
+        self.cells = cells  # present cells, bit (row * SECTORS + sector)
         self.nbytes = nbytes
-        self.fill = fill        # the latest fetch into this granule (it may have landed)
+        self.fill = fill  # the latest fetch into this granule (it may have landed)
 
 
 class L2Cache:
@@ -69,8 +70,9 @@ class L2Cache:
         rows, cols, elem = self.geometry[region.tensor]
         if not (0 <= region.row0 < region.row1 <= rows and 0 <= region.col0 < region.col1 <= cols):
             raise InvariantError(f"region {region} outside tensor of {rows}x{cols}")
-        return _cut_region(region.row0, region.row1, region.col0, region.col1, cols, elem,
-                           self.granule_rows)
+        return _cut_region(
+            region.row0, region.row1, region.col0, region.col1, cols, elem, self.granule_rows
+        )
 
     def read(self, region: Region, fill) -> tuple[int, int, list]:
         """Look a region up. Missing cells are fetched by this read, whose completion event is
@@ -83,7 +85,7 @@ class L2Cache:
         for granule, need, region_bytes, need_bytes, base, cell in pieces:
             key = (tensor, granule)
             line = lines.get(key)
-            if line is None:            # the common streaming case: all of it from HBM
+            if line is None:  # the common streaming case: all of it from HBM
                 misses += 1
                 fetch_bytes += need_bytes
                 self._fill(key, None, need, need_bytes, fill)
@@ -122,8 +124,13 @@ class L2Cache:
             if line is not None:
                 lines.move_to_end(key)
                 cells |= line.cells
-            self._fill(key, line, cells, _cell_bytes(cells, base, cols, elem),
-                       line.fill if line is not None else None)
+            self._fill(
+                key,
+                line,
+                cells,
+                _cell_bytes(cells, base, cols, elem),
+                line.fill if line is not None else None,
+            )
 
     def _fill(self, key: tuple, line: _Line | None, cells: int, nbytes: int, fill) -> None:
         """Make `cells` (`nbytes`) of granule `key` present, by the fetch `fill`, evicting
@@ -147,8 +154,9 @@ class L2Cache:
 
 
 @lru_cache(maxsize=65536)
-def _cut_region(row0: int, row1: int, col0: int, col1: int, cols: int, elem: int,
-                height: int) -> tuple[tuple, int, int]:
+def _cut_region(
+    row0: int, row1: int, col0: int, col1: int, cols: int, elem: int, height: int
+) -> tuple[tuple, int, int]:
     """Rows [row0, row1) x columns [col0, col1) of a tensor `cols` wide cut along granule
     boundaries, per granule: its (row, column) index, the cells the region needs in it, the
     region's bytes in it, the bytes of those cells (whole cells), the granule's first
@@ -168,9 +176,17 @@ def _cut_region(row0: int, row1: int, col0: int, col1: int, cols: int, elem: int
         cell = SECTOR_COLS * elem if base + GRANULE_COLS <= cols else 0
         row_cell_bytes = _cell_bytes(sectors, base, cols, elem)
         for gr, row_pattern, row_count in row_pieces:
-            pieces.append(((gr, gc), sectors * row_pattern, row_count * (hi - lo) * elem,
-                           row_count * row_cell_bytes, base, cell))
-    pieces.sort(key=lambda piece: piece[0])        # row by row, as the region is laid out
+            pieces.append(
+                (
+                    (gr, gc),
+                    sectors * row_pattern,
+                    row_count * (hi - lo) * elem,
+                    row_count * row_cell_bytes,
+                    base,
+                    cell,
+                )
+            )
+    pieces.sort(key=lambda piece: piece[0])  # row by row, as the region is laid out
     return tuple(pieces), cols, elem
 
 
@@ -179,8 +195,7 @@ def _cell_bytes(cells: int, base: int, cols: int, elem: int) -> int:
     if base + GRANULE_COLS <= cols:
         return cells.bit_count() * SECTOR_COLS * elem
     full, partial, width = _edge_masks(cols - base)
-    return ((cells & full).bit_count() * SECTOR_COLS + (cells & partial).bit_count() * width) \
-        * elem
+    return ((cells & full).bit_count() * SECTOR_COLS + (cells & partial).bit_count() * width) * elem
 
 
 @lru_cache(maxsize=None)

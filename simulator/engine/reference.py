@@ -30,15 +30,18 @@ class ProcessPerPipeWorld(World):
                     if queue:
                         log = PipeLog(index, core_index, pipe, queue, [])
                         self.pipe_logs.append(log)
-                        pipes.append(self.env.process(
-                            self._pipe(log, core, flags, self.queue_depths.get(pipe, 1))))
+                        pipes.append(
+                            self.env.process(
+                                self._pipe(log, core, flags, self.queue_depths.get(pipe, 1))
+                            )
+                        )
             yield self.env.all_of(pipes)
             self.spans.append(KernelSpan(index, start, int(self.env.now), run))
 
     def _pipe(self, log, core, flags, depth):
         env = self.env
-        in_flight = deque()     # a landing event per global transfer under way, oldest first
-        last = [None, int(env.now)]     # the latest global transfer issued, the latest landing
+        in_flight = deque()  # a landing event per global transfer under way, oldest first
+        last = [None, int(env.now)]  # the latest global transfer issued, the latest landing
 
         def set_flags(instr):
             for flag_id in instr.sets:
@@ -52,14 +55,23 @@ class ProcessPerPipeWorld(World):
             bandwidth_wait = landing_delay(transfer, last[1])
             last[1] = int(env.now)
             set_flags(transfer.instr)
-            log.logged.extend((transfer.start, int(env.now), wait_data, wait_slot,
-                               bandwidth_wait, transfer.hit_bytes, transfer.hbm_bytes))
+            log.logged.extend(
+                (
+                    transfer.start,
+                    int(env.now),
+                    wait_data,
+                    wait_slot,
+                    bandwidth_wait,
+                    transfer.hit_bytes,
+                    transfer.hbm_bytes,
+                )
+            )
             in_flight.popleft().succeed()
 
         for position, instr in enumerate(log.instrs):
-            if in_flight and instr.region is None:      # on-chip work after the transfers
+            if in_flight and instr.region is None:  # on-chip work after the transfers
                 yield env.all_of(list(in_flight))
-            elif len(in_flight) >= depth:               # a full queue
+            elif len(in_flight) >= depth:  # a full queue
                 yield in_flight[0]
             wait_data = wait_slot = 0
             for flag_id in instr.waits:
@@ -77,15 +89,21 @@ class ProcessPerPipeWorld(World):
             start = int(env.now)
             if instr.region is not None:
                 in_flight.append(env.event())
-                last[0] = GlobalTransfer(self, instr, start,
-                                          partial(landed, wait_data, wait_slot), after=last[0],
-                                          order=(log.kernel, log.core, log.pipe, position))
+                last[0] = GlobalTransfer(
+                    self,
+                    instr,
+                    start,
+                    partial(landed, wait_data, wait_slot),
+                    after=last[0],
+                    order=(log.kernel, log.core, log.pipe, position),
+                )
                 continue
             if instr.src is None:
                 yield env.timeout(instr.cycles)
             else:
-                yield env.timeout(transfer_cycles(instr.nbytes,
-                                                  *self.routes[(instr.src, instr.dst)]))
+                yield env.timeout(
+                    transfer_cycles(instr.nbytes, *self.routes[(instr.src, instr.dst)])
+                )
             set_flags(instr)
             log.logged.extend((start, int(env.now), wait_data, wait_slot, 0, 0, 0))
         if in_flight:

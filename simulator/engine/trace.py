@@ -22,33 +22,41 @@ class Record(NamedTuple):
     core: int
     pipe: str
     label: str
-    start_cycle: int           # when it began executing (after its waits)
+    start_cycle: int  # when it began executing (after its waits)
     end_cycle: int
-    wait_data_cycles: int      # waiting for a producer's data before starting
-    wait_slot_cycles: int      # waiting for a free buffer slot before starting
+    wait_data_cycles: int  # waiting for a producer's data before starting
+    wait_slot_cycles: int  # waiting for a free buffer slot before starting
     wait_bandwidth_cycles: int  # extra transfer time from sharing HBM/L2 with other transfers
     src: str | None
     dst: str | None
     nbytes: int
-    reads: tuple[tuple[str, int], ...]   # (level, bytes) read; for HBM, see the two fields below
+    reads: tuple[tuple[str, int], ...]  # (level, bytes) read; for HBM, see the two fields below
     writes: tuple[tuple[str, int], ...]
-    l2_hit_bytes: int          # of a global-memory read: bytes served by L2
-    hbm_bytes: int             # bytes moved on HBM (a read's fetch, or a write)
-    tensor: str | None         # the tensor read from or written to global memory
-    acquire: tuple[str, int] | None          # buffer slot taken at start (buffer, bytes)
-    release: tuple[tuple[str, int], ...]     # slots freed at the end
+    l2_hit_bytes: int  # of a global-memory read: bytes served by L2
+    hbm_bytes: int  # bytes moved on HBM (a read's fetch, or a write)
+    tensor: str | None  # the tensor read from or written to global memory
+    acquire: tuple[str, int] | None  # buffer slot taken at start (buffer, bytes)
+    release: tuple[tuple[str, int], ...]  # slots freed at the end
 
 
 # the ints a pipe logs per executed instruction, in this order (the rest of its Record is
 # its instruction's)
-LOGGED = ("start_cycle", "end_cycle", "wait_data_cycles", "wait_slot_cycles",
-          "wait_bandwidth_cycles", "l2_hit_bytes", "hbm_bytes")
+LOGGED = (
+    "start_cycle",
+    "end_cycle",
+    "wait_data_cycles",
+    "wait_slot_cycles",
+    "wait_bandwidth_cycles",
+    "l2_hit_bytes",
+    "hbm_bytes",
+)
 
 
 @dataclass(frozen=True)
 class PipeLog:
     """What one pipe of one core executed: its instructions in order and, flat, the LOGGED
     ints of each."""
+
     kernel: int
     core: int
     pipe: str
@@ -57,37 +65,54 @@ class PipeLog:
 
     def column(self, field: str) -> list[int]:
         """One LOGGED field of every executed instruction."""
-        return self.logged[LOGGED.index(field)::len(LOGGED)]
+        return self.logged[LOGGED.index(field) :: len(LOGGED)]
 
     def records(self) -> Iterator[Record]:
         """The Record of each executed instruction, in the order the pipe ran them."""
         rows = zip(*[iter(self.logged)] * len(LOGGED))
         for instr, (start, end, wait_data, wait_slot, wait_bandwidth, hit, hbm) in zip(
-                self.instrs, rows):
+            self.instrs, rows
+        ):
             region = instr.region
-            yield Record(self.kernel, self.core, self.pipe, instr.label, start, end, wait_data,
-                         wait_slot, wait_bandwidth, instr.src, instr.dst, instr.nbytes,
-                         instr.reads, instr.writes, hit, hbm,
-                         None if region is None else region.tensor, instr.acquire,
-                         instr.release)
+            yield Record(
+                self.kernel,
+                self.core,
+                self.pipe,
+                instr.label,
+                start,
+                end,
+                wait_data,
+                wait_slot,
+                wait_bandwidth,
+                instr.src,
+                instr.dst,
+                instr.nbytes,
+                instr.reads,
+                instr.writes,
+                hit,
+                hbm,
+                None if region is None else region.tensor,
+                instr.acquire,
+                instr.release,
+            )
 
 
 @dataclass(frozen=True)
 class KernelSpan:
     index: int
-    start_cycle: int           # the kernel before it ended (0 for the first): its launch wait
-    end_cycle: int             # last instruction of the last core done
-    run_cycle: int = 0         # its cores began
+    start_cycle: int  # the kernel before it ended (0 for the first): its launch wait
+    end_cycle: int  # last instruction of the last core done
+    run_cycle: int = 0  # its cores began
 
 
 @dataclass(frozen=True)
 class Trace:
-    pipes: list[PipeLog]        # by kernel, core, pipe
+    pipes: list[PipeLog]  # by kernel, core, pipe
     kernels: list[KernelSpan]
     cycles: int
     l2_hits: int
     l2_misses: int
-    peak_occupancy_bytes: dict[str, int]   # per buffer, highest seen on any core
+    peak_occupancy_bytes: dict[str, int]  # per buffer, highest seen on any core
     instructions: int
 
     @cached_property

@@ -32,6 +32,7 @@ class AfterTheCycle(simpy.events.Event):
 class _Fetch:
     """Cells on their way from HBM into L2. A reader that hits them waits until they land;
     only such a reader makes a SimPy event of it."""
+
     __slots__ = ("triggered", "event")
 
     def __init__(self):
@@ -63,22 +64,45 @@ class GlobalTransfer:
     landed. On a chip whose L2 serialises same-address reads, readers of one block cross the
     L2 port one after another, in the order they got there. The time beyond the uncontended
     cycles is waiting on the shared memories and on the engine."""
-    __slots__ = ("world", "instr", "start", "landed", "legs", "leg", "hit_bytes", "hbm_bytes",
-                 "ideal", "fill", "in_flight", "after", "follower", "finished", "queued",
-                 "order")
 
-    def __init__(self, world: World, instr: Instr, start: int,
-                 landed: Callable[[GlobalTransfer], None], after: GlobalTransfer | None,
-                 order: tuple):
+    __slots__ = (
+        "world",
+        "instr",
+        "start",
+        "landed",
+        "legs",
+        "leg",
+        "hit_bytes",
+        "hbm_bytes",
+        "ideal",
+        "fill",
+        "in_flight",
+        "after",
+        "follower",
+        "finished",
+        "queued",
+        "order",
+    )
+
+    def __init__(
+        self,
+        world: World,
+        instr: Instr,
+        start: int,
+        landed: Callable[[GlobalTransfer], None],
+        after: GlobalTransfer | None,
+        order: tuple,
+    ):
         self.world, self.instr, self.start, self.landed = world, instr, start, landed
-        self.order = order      # (kernel, core, pipe, position): see World.begin_at
+        self.order = order  # (kernel, core, pipe, position): see World.begin_at
         self.after = None if after is None or after.finished else after
         self.follower: GlobalTransfer | None = None
         self.finished = self.queued = False
         env = world.env
         if start < env.now:
-            raise InvariantError(f"{instr.label} would start at cycle {start}, "
-                                 f"before the global clock ({env.now})")
+            raise InvariantError(
+                f"{instr.label} would start at cycle {start}, before the global clock ({env.now})"
+            )
         world.begin_at(start, self)
 
     def begin(self) -> None:
@@ -90,14 +114,13 @@ class GlobalTransfer:
         self.fill = self.in_flight = None
         if src == "HBM":
             self.fill = _Fetch()
-            self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region,
-                                                                          self.fill)
+            self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region, self.fill)
             factor = world.program.read_factor(instr.region.tensor)
             if factor > 1:  # a strided slice: whole sectors around the elements it keeps
                 self.hit_bytes, self.hbm_bytes = self.hit_bytes * factor, self.hbm_bytes * factor
             latency += world.l2_latency + (world.hbm_latency if self.hbm_bytes else 0)
             port_bytes, l2_rate = self.hit_bytes, world.shaped(instr, world.routes[("L2", dst)][1])
-            if instr.multicast > 1:     # the cluster's one read: this core's share of it
+            if instr.multicast > 1:  # the cluster's one read: this core's share of it
                 port_bytes = l2_port_bytes(self.hit_bytes, instr.multicast)
                 l2_rate = multicast_share(l2_rate, instr.multicast)
             self.legs = (("HBM", self.hbm_bytes, rate), ("L2", port_bytes, l2_rate))
@@ -113,14 +136,14 @@ class GlobalTransfer:
     def _next_leg(self, _event) -> None:
         """Start the next leg that has bytes to move; when none is left, finish."""
         after = self.after
-        if after is not None:           # the engine is still moving an earlier transfer
+        if after is not None:  # the engine is still moving an earlier transfer
             self.after = None
             if not after.finished:
                 after.follower = self
                 return
         while self.leg < len(self.legs):
             channel, nbytes, cap = self.legs[self.leg]
-            if channel == "L2" and self.in_flight:      # hits wait for fetches of their cells
+            if channel == "L2" and self.in_flight:  # hits wait for fetches of their cells
                 env, in_flight, self.in_flight = self.world.env, self.in_flight, None
                 pending = [fetch.landing(env) for fetch in in_flight if not fetch.triggered]
                 if pending:
@@ -133,18 +156,17 @@ class GlobalTransfer:
                     queue = readers.setdefault(self.instr.region, deque())
                     queue.append(self)
                     if len(queue) > 1:
-                        return      # the reader before it moves it on
-                self.world.channels[channel].transfer(nbytes, cap).callbacks.append(
-                    self._leg_done)
+                        return  # the reader before it moves it on
+                self.world.channels[channel].transfer(nbytes, cap).callbacks.append(self._leg_done)
                 return
             self._leg_done(None)
         self._finish()
 
     def _leg_done(self, _event) -> None:
         if self.legs[self.leg][0] == "HBM" and self.fill is not None:
-            self.fill.land()        # the fetched cells are in L2
+            self.fill.land()  # the fetched cells are in L2
             self.fill = None
-        elif self.queued:           # the next reader of the block crosses the L2 port
+        elif self.queued:  # the next reader of the block crosses the L2 port
             readers = self.world.same_address
             queue = readers[self.instr.region]
             queue.popleft()
@@ -169,5 +191,6 @@ def landing_delay(transfer: GlobalTransfer, previous_landing: int) -> int:
     """How much later than it could have a transfer landed: beyond its uncontended time and
     beyond the landing of the transfer before it on its engine. These delays never overlap on
     one engine, so they add up to time, like every other stall."""
-    return max(0, int(transfer.world.env.now) - max(transfer.start + transfer.ideal,
-                                                    previous_landing))
+    return max(
+        0, int(transfer.world.env.now) - max(transfer.start + transfer.ideal, previous_landing)
+    )

@@ -40,7 +40,7 @@ from .l2cache import L2Cache
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
 from .transfer import AfterTheCycle, GlobalTransfer, landing_delay
 
-_TIME_BITS = 41     # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _peak_occupancy)
+_TIME_BITS = 41  # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _peak_occupancy)
 # The longest run the simulator follows (its occupancy check needs 2 x cycle + 1 < 2**41):
 # about 18 minutes of simulated time at 1 GHz, far beyond any kernel sequence of one chip.
 MAX_RUN_CYCLES = (1 << (_TIME_BITS - 1)) - 1
@@ -50,28 +50,40 @@ class _Flag:
     """A counting semaphore between two pipes of one core (set_flag / wait_flag). Each set
     leaves a token stamped with the cycle it becomes visible at; one pipe sets a flag and
     one pipe waits on it, so tokens arrive in cycle order."""
+
     __slots__ = ("tokens", "waiter")
 
     def __init__(self, count: int, cycle: int):
         self.tokens = deque([cycle] * count)
-        self.waiter: _Pipe | None = None    # the pipe that found no token here
+        self.waiter: _Pipe | None = None  # the pipe that found no token here
 
 
 class _Pipe:
     """One in-order pipe of a core: its queue, the next instruction, its own clock, and the
     global transfers it has issued that have not landed yet (at most `depth`, its engine's
     queue depth)."""
-    __slots__ = ("name", "queue", "position", "clock", "logged", "depth", "in_flight",
-                 "blocked", "last_transfer", "landed_at")
+
+    __slots__ = (
+        "name",
+        "queue",
+        "position",
+        "clock",
+        "logged",
+        "depth",
+        "in_flight",
+        "blocked",
+        "last_transfer",
+        "landed_at",
+    )
 
     def __init__(self, name: str, queue: list[Instr], clock: int, depth: int):
         self.name, self.queue, self.position, self.clock = name, queue, 0, clock
-        self.logged: list[int] = []     # see LOGGED
+        self.logged: list[int] = []  # see LOGGED
         self.depth = depth
         self.in_flight = 0
-        self.blocked = False            # waits for a transfer of its own to land
+        self.blocked = False  # waits for a transfer of its own to land
         self.last_transfer: GlobalTransfer | None = None  # the next one's data follows it
-        self.landed_at = clock          # when its latest global transfer landed
+        self.landed_at = clock  # when its latest global transfer landed
 
     def must_wait_for_landing(self, instr: Instr) -> bool:
         """An engine works its queue in order: a transfer waits for room in the queue, any
@@ -80,44 +92,71 @@ class _Pipe:
 
 
 class _CoreState:
-    __slots__ = ("kernel", "core", "flags", "slot_flag", "pipes", "ready", "unfinished",
-                 "in_flight", "done")
+    __slots__ = (
+        "kernel",
+        "core",
+        "flags",
+        "slot_flag",
+        "pipes",
+        "ready",
+        "unfinished",
+        "in_flight",
+        "done",
+    )
 
-    def __init__(self, kernel: int, core: CoreProgram, core_index: int, clock: int,
-                 done: simpy.Event, depths: dict[str, int]):
+    def __init__(
+        self,
+        kernel: int,
+        core: CoreProgram,
+        core_index: int,
+        clock: int,
+        done: simpy.Event,
+        depths: dict[str, int],
+    ):
         self.kernel, self.core = kernel, core_index
-        self.pipes = [_Pipe(name, queue, clock, depths.get(name, 1))
-                      for name, queue in core.queues.items() if queue]
-        self.ready = deque(self.pipes)             # pipes that may be able to move
+        self.pipes = [
+            _Pipe(name, queue, clock, depths.get(name, 1))
+            for name, queue in core.queues.items()
+            if queue
+        ]
+        self.ready = deque(self.pipes)  # pipes that may be able to move
         self.unfinished = len(self.pipes)
-        self.in_flight = 0                         # global transfers under way
+        self.in_flight = 0  # global transfers under way
         self.flags = [_Flag(n, clock) for n in core.flag_initial]
         self.slot_flag = [cause == "buffer_slot" for cause in core.flag_cause]
-        self.done = done                           # fires with the cycle the last pipe ended
+        self.done = done  # fires with the cycle the last pipe ended
 
 
 class World:
     def __init__(self, program: Program, hw: Hardware, env: simpy.Environment | None = None):
         self.program = program
         self.hw = hw
-        self.env = env or simpy.Environment()   # a benchmark may pass an instrumented one
-        self.channels = {name: SharedChannel(self.env, name, mem.sustained_bytes_per_cycle)
-                         for name, mem in hw.memories.items()}
+        self.env = env or simpy.Environment()  # a benchmark may pass an instrumented one
+        self.channels = {
+            name: SharedChannel(self.env, name, mem.sustained_bytes_per_cycle)
+            for name, mem in hw.memories.items()
+        }
         self.l2 = L2Cache(hw.memories["L2"].capacity_bytes, program.tensor_geometry)
         self.pipe_logs: list[PipeLog] = []
         self.spans: list[KernelSpan] = []
-        self.kernel_started = 0                    # the cycle the running kernel's cores began
+        self.kernel_started = 0  # the cycle the running kernel's cores began
         self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
         self.max_cores = max((len(k.cores) for k in program.kernels), default=1)
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
-        self.routes = {path: (engine.latency_cycles, rate) for engine in hw.engines.values()
-                       for path, rate in engine.path_bytes_per_cycle.items()}
+        self.routes = {
+            path: (engine.latency_cycles, rate)
+            for engine in hw.engines.values()
+            for path, rate in engine.path_bytes_per_cycle.items()
+        }
         self.queue_depths = {name: engine.queue_depth for name, engine in hw.engines.items()}
-        self.packet_bytes = {path: engine.packet_bytes for engine in hw.engines.values()
-                             for path in engine.path_bytes_per_cycle}
-        self.shaped_rates: dict[tuple[Instr, float], float] = {}    # see shaped
-        self.private_cycles: dict[Instr, int] = {}    # see _compute_private_cycles
-        self.beginning: dict[int, list[GlobalTransfer]] = {}   # see begin_at
+        self.packet_bytes = {
+            path: engine.packet_bytes
+            for engine in hw.engines.values()
+            for path in engine.path_bytes_per_cycle
+        }
+        self.shaped_rates: dict[tuple[Instr, float], float] = {}  # see shaped
+        self.private_cycles: dict[Instr, int] = {}  # see _compute_private_cycles
+        self.beginning: dict[int, list[GlobalTransfer]] = {}  # see begin_at
         # readers of one block crossing the L2 port one after another (see GlobalTransfer)
         self.same_address: dict | None = {} if hw.l2_serialises_same_address else None
         self.l2_latency = hw.memories["L2"].latency_cycles
@@ -127,8 +166,8 @@ class World:
         """Run to completion; a deadlock is diagnosed, and `max_cycles` bounds the run."""
         budget = min(max_cycles or MAX_RUN_CYCLES, MAX_RUN_CYCLES)
         main = self.env.process(self._kernels())
-        limit = self.env.timeout(budget + 1)     # a run that ends at `budget` is within it
-        idle = []       # whether nothing but the limit was left to happen: a deadlock
+        limit = self.env.timeout(budget + 1)  # a run that ends at `budget` is within it
+        idle = []  # whether nothing but the limit was left to happen: a deadlock
         limit.callbacks.append(lambda _: idle.append(self.env.peek() == math.inf))
         self.env.run(until=self.env.any_of([main, limit]))
         executed = self.instructions_executed()
@@ -140,35 +179,55 @@ class World:
                     f"the simulation passed {MAX_RUN_CYCLES + 1:,} cycles ("
                     f"{MAX_RUN_CYCLES / self.hw.clock_hz:,.0f} s of this chip's time), the "
                     "longest run the simulator follows; a rate or latency of the hardware is "
-                    "probably off by a unit prefix")
+                    "probably off by a unit prefix"
+                )
             raise CycleBudgetError(
                 f"the simulation passed its budget of {budget:,} cycles with "
                 f"{executed:,} of {self.program.instruction_count:,} instructions done; "
                 "raise the budget with --max-cycles N (simulate(..., max_cycles=N) from "
                 "Python) if the workload is that long, or look for a schedule that never "
-                "finishes")
-        return Trace(self.pipe_logs, self.spans, int(self.env.now), self.l2.hits, self.l2.misses,
-                     self._peak_occupancy(), executed)
+                "finishes"
+            )
+        return Trace(
+            self.pipe_logs,
+            self.spans,
+            int(self.env.now),
+            self.l2.hits,
+            self.l2.misses,
+            self._peak_occupancy(),
+            executed,
+        )
 
     def instructions_executed(self) -> int:
         return sum(len(log.logged) for log in self.pipe_logs) // len(LOGGED)
 
     def diagnose_deadlock(self) -> str:
         """Which pipes wait on which flag, and which instruction would have set it."""
-        ends = [log.logged[LOGGED.index("end_cycle") - len(LOGGED)] for log in self.pipe_logs
-                if log.logged]
-        lines = [f"deadlock at cycle {max([self.kernel_started, *ends]):,}: "
-                 f"{self.instructions_executed():,} of "
-                 f"{self.program.instruction_count:,} instructions executed"]
+        ends = [
+            log.logged[LOGGED.index("end_cycle") - len(LOGGED)]
+            for log in self.pipe_logs
+            if log.logged
+        ]
+        lines = [
+            f"deadlock at cycle {max([self.kernel_started, *ends]):,}: "
+            f"{self.instructions_executed():,} of "
+            f"{self.program.instruction_count:,} instructions executed"
+        ]
         for (kernel, core_index, pipe), (position, flag_id) in sorted(self.waiting.items()):
             core = self.program.kernels[kernel].cores[core_index]
             instr = core.queues[pipe][position]
-            setters = [(p, i, q.label) for p, queue in core.queues.items()
-                       for i, q in enumerate(queue) if flag_id in q.sets]
+            setters = [
+                (p, i, q.label)
+                for p, queue in core.queues.items()
+                for i, q in enumerate(queue)
+                if flag_id in q.sets
+            ]
             who = "; ".join(f"{p} #{i} '{label}'" for p, i, label in setters) or "no instruction"
-            lines.append(f"  kernel {self.program.kernels[kernel].name} core {core_index} {pipe} "
-                         f"#{position} '{instr.label}' waits on flag {flag_id} "
-                         f"({core.flag_cause[flag_id]}), set by: {who}")
+            lines.append(
+                f"  kernel {self.program.kernels[kernel].name} core {core_index} {pipe} "
+                f"#{position} '{instr.label}' waits on flag {flag_id} "
+                f"({core.flag_cause[flag_id]}), set by: {who}"
+            )
         if len(lines) == 1:
             ran = sum(1 for log in self.pipe_logs if log.logged)
             lines.append(f"  no pipe is waiting on a flag; pipes that ran: {ran}")
@@ -181,11 +240,14 @@ class World:
             self.kernel_started = int(self.env.now)
             cores_done = []
             for core_index, core in enumerate(kernel.cores):
-                state = _CoreState(index, core, core_index, int(self.env.now), self.env.event(),
-                                   self.queue_depths)
+                state = _CoreState(
+                    index, core, core_index, int(self.env.now), self.env.event(), self.queue_depths
+                )
                 cores_done.append(state.done)
-                self.pipe_logs += (PipeLog(index, core_index, pipe.name, pipe.queue, pipe.logged)
-                                   for pipe in state.pipes)
+                self.pipe_logs += (
+                    PipeLog(index, core_index, pipe.name, pipe.queue, pipe.logged)
+                    for pipe in state.pipes
+                )
                 self._move(state)
             yield self.env.all_of(cores_done)
             end = max((done.value for done in cores_done), default=self.env.now)
@@ -200,13 +262,19 @@ class World:
         while state.ready:
             self._advance(state, state.ready.popleft())
         if not state.unfinished:
-            state.done.succeed(max((max(pipe.clock, pipe.landed_at) for pipe in state.pipes),
-                                   default=int(self.env.now)))
-        elif not state.in_flight:   # nothing can move, nothing will land: a deadlock
+            state.done.succeed(
+                max(
+                    (max(pipe.clock, pipe.landed_at) for pipe in state.pipes),
+                    default=int(self.env.now),
+                )
+            )
+        elif not state.in_flight:  # nothing can move, nothing will land: a deadlock
             for flag_id, flag in enumerate(state.flags):
                 if flag.waiter is not None:
                     self.waiting[(state.kernel, state.core, flag.waiter.name)] = (
-                        flag.waiter.position, flag_id)
+                        flag.waiter.position,
+                        flag_id,
+                    )
 
     def _advance(self, state: _CoreState, pipe: _Pipe) -> None:
         """Run `pipe` until it needs a flag nobody has set yet or waits for a global transfer
@@ -216,10 +284,10 @@ class World:
         while pipe.position < len(queue):
             instr = queue[pipe.position]
             if pipe.in_flight and pipe.must_wait_for_landing(instr):
-                pipe.blocked = True     # a landing moves it on
+                pipe.blocked = True  # a landing moves it on
                 return
             waits = instr.waits
-            for flag_id in waits:   # a flag waited on twice needs two tokens
+            for flag_id in waits:  # a flag waited on twice needs two tokens
                 if len(flags[flag_id].tokens) < (1 if len(waits) == 1 else waits.count(flag_id)):
                     flags[flag_id].waiter = pipe
                     return
@@ -234,14 +302,18 @@ class World:
                         wait_data += ready - start
                     start = ready
             pipe.position += 1
-            if instr.region is not None:    # global memory: at its cycle on the global clock
+            if instr.region is not None:  # global memory: at its cycle on the global clock
                 state.in_flight += 1
                 pipe.in_flight += 1
                 pipe.clock = start
                 pipe.last_transfer = GlobalTransfer(
-                    self, instr, start, partial(self._landed, state, pipe, wait_data, wait_slot),
+                    self,
+                    instr,
+                    start,
+                    partial(self._landed, state, pipe, wait_data, wait_slot),
                     after=pipe.last_transfer,
-                    order=(state.kernel, state.core, pipe.name, pipe.position - 1))
+                    order=(state.kernel, state.core, pipe.name, pipe.position - 1),
+                )
                 continue
             cycles = private_cycles.get(instr)
             if cycles is None:
@@ -259,7 +331,8 @@ class World:
         if batch is None:
             batch = self.beginning[cycle] = []
             AfterTheCycle(self.env, cycle - self.env.now).callbacks.append(
-                partial(self._begin_batch, cycle))
+                partial(self._begin_batch, cycle)
+            )
         batch.append(transfer)
 
     def _begin_batch(self, cycle: int, _event) -> None:
@@ -274,8 +347,9 @@ class World:
         key = (instr, bytes_per_cycle)
         rate = self.shaped_rates.get(key)
         if rate is None:
-            rate = self.shaped_rates[key] = transfer_rate(instr, self.program, bytes_per_cycle,
-                                                          packet_bytes)
+            rate = self.shaped_rates[key] = transfer_rate(
+                instr, self.program, bytes_per_cycle, packet_bytes
+            )
         return rate
 
     def _compute_private_cycles(self, instr: Instr) -> int:
@@ -285,14 +359,30 @@ class World:
             return instr.cycles
         return transfer_cycles(instr.nbytes, *self.routes[(instr.src, instr.dst)])
 
-    def _landed(self, state: _CoreState, pipe: _Pipe, wait_data: int, wait_slot: int,
-                transfer: GlobalTransfer) -> None:
+    def _landed(
+        self,
+        state: _CoreState,
+        pipe: _Pipe,
+        wait_data: int,
+        wait_slot: int,
+        transfer: GlobalTransfer,
+    ) -> None:
         """A global transfer is done: retire it and move its core on."""
         end = int(self.env.now)
         bandwidth_wait = landing_delay(transfer, pipe.landed_at)
         pipe.landed_at = end
-        self._retire(state, pipe, transfer.instr, transfer.start, end, wait_data, wait_slot,
-                     bandwidth_wait, transfer.hit_bytes, transfer.hbm_bytes)
+        self._retire(
+            state,
+            pipe,
+            transfer.instr,
+            transfer.start,
+            end,
+            wait_data,
+            wait_slot,
+            bandwidth_wait,
+            transfer.hit_bytes,
+            transfer.hbm_bytes,
+        )
         state.in_flight -= 1
         pipe.in_flight -= 1
         if pipe.blocked:
@@ -303,12 +393,22 @@ class World:
             state.unfinished -= 1
         self._move(state)
 
-    def _retire(self, state: _CoreState, pipe: _Pipe, instr: Instr, start: int, end: int,
-                wait_data: int, wait_slot: int, bandwidth_wait: int, hit_bytes: int,
-                hbm_bytes: int) -> None:
+    def _retire(
+        self,
+        state: _CoreState,
+        pipe: _Pipe,
+        instr: Instr,
+        start: int,
+        end: int,
+        wait_data: int,
+        wait_slot: int,
+        bandwidth_wait: int,
+        hit_bytes: int,
+        hbm_bytes: int,
+    ) -> None:
         """An instruction is done: set its flags and log it (its slots, taken at its start and
         freed at its end, are counted after the run: see _peak_occupancy)."""
-        for flag_id in instr.sets:      # set_flag: a token at `end`; wake the pipe waiting
+        for flag_id in instr.sets:  # set_flag: a token at `end`; wake the pipe waiting
             flag = state.flags[flag_id]
             flag.tokens.append(end)
             if flag.waiter is not None:
@@ -323,16 +423,18 @@ class World:
         buffers = self.buffers
         core_buffers = len(self.program.kernels) * self.max_cores * len(buffers)
         if self.env.now >= 1 << (_TIME_BITS - 1) or core_buffers >= 1 << (63 - _TIME_BITS):
-            raise InvariantError(f"a run of {self.env.now:,} cycles over {core_buffers:,} buffers "
-                                 "is too large to check buffer occupancy")
+            raise InvariantError(
+                f"a run of {self.env.now:,} cycles over {core_buffers:,} buffers "
+                "is too large to check buffer occupancy"
+            )
         peak = dict.fromkeys(buffers, 0)
         keys, changes = self._slot_changes()
         if not len(keys):
             return peak
-        order = np.argsort(keys, kind="stable")     # fast: the keys come in long sorted runs
+        order = np.argsort(keys, kind="stable")  # fast: the keys come in long sorted runs
         groups, held = keys[order] >> _TIME_BITS, np.cumsum(changes[order])
         first = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-        before = np.r_[0, held[first[1:] - 1]]                 # the running sum each group inherits
+        before = np.r_[0, held[first[1:] - 1]]  # the running sum each group inherits
         held -= np.repeat(before, np.diff(np.r_[first, len(groups)]))
         group_peak, group = np.maximum.reduceat(held, first), groups[first]
         for buffer, index in buffers.items():
@@ -343,9 +445,11 @@ class World:
             peak[buffer] = int(group_peak[at])
             if peak[buffer] > self.hw.buffer_bytes[buffer]:
                 kernel, core = divmod(int(group[at]) // len(buffers), self.max_cores)
-                raise InvariantError(f"{buffer} of core {core} in kernel {kernel} holds "
-                                     f"{peak[buffer]} B > capacity "
-                                     f"{self.hw.buffer_bytes[buffer]} B")
+                raise InvariantError(
+                    f"{buffer} of core {core} in kernel {kernel} holds "
+                    f"{peak[buffer]} B > capacity "
+                    f"{self.hw.buffer_bytes[buffer]} B"
+                )
         return peak
 
     def _slot_changes(self) -> tuple[np.ndarray, np.ndarray]:
@@ -355,10 +459,12 @@ class World:
         logs, buffers = self.pipe_logs, self.buffers
         # what an instruction takes and frees, numbered per distinct pattern (a few dozen)
         patterns: dict[tuple, int] = {}
-        pattern_of = {instr: patterns.setdefault(((instr.acquire,) if instr.acquire else (),
-                                                  instr.release), len(patterns))
-                      for instr in dict.fromkeys(chain.from_iterable(log.instrs
-                                                                     for log in logs))}
+        pattern_of = {
+            instr: patterns.setdefault(
+                ((instr.acquire,) if instr.acquire else (), instr.release), len(patterns)
+            )
+            for instr in dict.fromkeys(chain.from_iterable(log.instrs for log in logs))
+        }
         instructions = sum(len(log.instrs) for log in logs)
 
         def gathered(values_of: Callable[[PipeLog], Iterable[int]]) -> np.ndarray:
@@ -368,9 +474,10 @@ class World:
         pattern = gathered(lambda log: map(pattern_of.__getitem__, log.instrs))
         take_at = 2 * gathered(lambda log: log.column("start_cycle")) + 1
         free_at = 2 * gathered(lambda log: log.column("end_cycle"))
-        group_of = np.repeat(np.array([log.kernel * self.max_cores + log.core for log in logs],
-                                      dtype=np.int64),
-                             [len(log.instrs) for log in logs]) * len(buffers)
+        group_of = np.repeat(
+            np.array([log.kernel * self.max_cores + log.core for log in logs], dtype=np.int64),
+            [len(log.instrs) for log in logs],
+        ) * len(buffers)
         keys, changes = [], []
         for (taken, freed), number in patterns.items():
             mine = np.flatnonzero(pattern == number)

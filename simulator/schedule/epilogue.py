@@ -47,9 +47,15 @@ def region_bytes(region: Region, tensor: Tensor) -> int:
     return (region.row1 - region.row0) * (region.col1 - region.col0) * DTYPE_BYTES[tensor.dtype]
 
 
-def chain_slots(ops: list[Op], tensors: dict[str, Tensor], seeds: tuple[str, ...],
-                tile_rows: int, tile_cols: int, block_cols: int | None = None,
-                in_registers: bool = False) -> dict[str, int]:
+def chain_slots(
+    ops: list[Op],
+    tensors: dict[str, Tensor],
+    seeds: tuple[str, ...],
+    tile_rows: int,
+    tile_cols: int,
+    block_cols: int | None = None,
+    in_registers: bool = False,
+) -> dict[str, int]:
     """UB bytes of one slot of each ring a chain needs for tiles of tile_rows × tile_cols.
 
     `seeds` are the values that enter UB first (the GEMM results, or the first op's first
@@ -58,18 +64,19 @@ def chain_slots(ops: list[Op], tensors: dict[str, Tensor], seeds: tuple[str, ...
     vector_ops = [op for op in ops if OPS[op.op].unit == "vector"]
     values = set(seeds) | {op.output for op in vector_ops}
     widest = max(DTYPE_BYTES[tensors[name].dtype] for name in values)
-    value_bytes = 0 if in_registers else round_up(tile_rows * tile_cols * widest,
-                                                   UB_ALIGN_BYTES)
+    value_bytes = 0 if in_registers else round_up(tile_rows * tile_cols * widest, UB_ALIGN_BYTES)
     slots = {f"chain:{name}": value_bytes for name in seeds}
     before_rowwise = True
     for op in vector_ops:
         before_rowwise = before_rowwise and not OPS[op.op].rowwise
         cols = (block_cols or tile_cols) if before_rowwise else tile_cols
         for name in op.inputs:
-            if name not in values:      # an input two ops read takes the larger of their tiles
+            if name not in values:  # an input two ops read takes the larger of their tiles
                 region = broadcast_region(tensors[name], 0, tile_rows, 0, cols)
-                slots[f"in:{name}"] = max(slots.get(f"in:{name}", 0), round_up(
-                    region_bytes(region, tensors[name]), UB_ALIGN_BYTES))
+                slots[f"in:{name}"] = max(
+                    slots.get(f"in:{name}", 0),
+                    round_up(region_bytes(region, tensors[name]), UB_ALIGN_BYTES),
+                )
     return slots
 
 
@@ -81,8 +88,11 @@ def seeds_of(ops: list[Op]) -> tuple[str, ...]:
 def in_registers(hw: Hardware, ops: list[Op]) -> bool:
     """Whether a kernel's chain works on its accumulators in place: a matmul epilogue on a
     chip that says so, with no row-wise op (a block's registers hold no whole row)."""
-    return (hw.epilogue_in_registers and any(OPS[op.op].unit == "cube" for op in ops)
-            and not any(OPS[op.op].rowwise for op in ops))
+    return (
+        hw.epilogue_in_registers
+        and any(OPS[op.op].unit == "cube" for op in ops)
+        and not any(OPS[op.op].rowwise for op in ops)
+    )
 
 
 def epilogue_refusal(workload: Workload, ops: list[Op]) -> str | None:
@@ -98,37 +108,51 @@ def epilogue_refusal(workload: Workload, ops: list[Op]) -> str | None:
         except TilingError:
             return None  # the lowering reports the tiling's own problem
         buffers = t.buffers
-        rows, cols = min(t.base_m, shape.m), t.base_n   # a block holds at most M rows
+        rows, cols = min(t.base_m, shape.m), t.base_n  # a block holds at most M rows
         block_cols = t.base_n
         if rowwise:
             path = f"schedule.tiling.{ops[0].name}"
             if t.split_n != 1:
                 core_n = -(-shape.n // t.split_n)
-                return (f"{rowwise.op} needs whole rows of {rowwise.inputs[0]} (N={shape.n}) on "
-                        f"one core, but split.n={t.split_n} gives each core about {core_n} "
-                        f"columns; set {path}.split.n=1 to fuse")
+                return (
+                    f"{rowwise.op} needs whole rows of {rowwise.inputs[0]} (N={shape.n}) on "
+                    f"one core, but split.n={t.split_n} gives each core about {core_n} "
+                    f"columns; set {path}.split.n=1 to fuse"
+                )
             if t.order != "n":
-                return (f"{rowwise.op} needs each block row finished before the next, but "
-                        f"order m walks M first; set {path}.order=n")
+                return (
+                    f"{rowwise.op} needs each block row finished before the next, but "
+                    f"order m walks M first; set {path}.order=n"
+                )
             cols = shape.n
     else:
         rows, cols = (1, as_2d(tensors[ops[0].output])[1]) if rowwise else (1, UB_ALIGN_BYTES)
         block_cols = cols
-    slots = chain_slots(ops, tensors, seeds_of(ops), rows, cols, block_cols,
-                        in_registers(hw, ops))
+    slots = chain_slots(ops, tensors, seeds_of(ops), rows, cols, block_cols, in_registers(hw, ops))
     need = sum(slots.values()) * buffers
     if need > hw.buffer_bytes["UB"]:
         what = f"{rows} x {cols} tiles" if gemms else "one row"
-        return (f"the chain needs {need} B of UB for {what} ({len(slots)} slots x {buffers} "
-                f"buffers) but UB holds {hw.buffer_bytes['UB']} B")
+        return (
+            f"the chain needs {need} B of UB for {what} ({len(slots)} slots x {buffers} "
+            f"buffers) but UB holds {hw.buffer_bytes['UB']} B"
+        )
     return None
 
 
 class VectorChain:
     """Emits a chain of vector ops over tiles on one core (see the module docstring)."""
 
-    def __init__(self, core: CoreProgram, ops: list[Op], workload: Workload, hw: Hardware,
-                 buffers: int, tile_rows: int, tile_cols: int, block_cols: int | None = None):
+    def __init__(
+        self,
+        core: CoreProgram,
+        ops: list[Op],
+        workload: Workload,
+        hw: Hardware,
+        buffers: int,
+        tile_rows: int,
+        tile_cols: int,
+        block_cols: int | None = None,
+    ):
         self.core = core
         self.tensors = workload.tensors
         self.hw = hw
@@ -139,19 +163,33 @@ class VectorChain:
         # where the running values live: UB, or the accumulators themselves (in_registers)
         self.in_registers = in_registers(hw, ops)
         self.value_level = "L0C" if self.in_registers else "UB"
-        self.rings = {name: SlotRing(core, "UB", nbytes, buffers) for name, nbytes in
-                      chain_slots(ops, workload.tensors, self.seeds, tile_rows, tile_cols,
-                                  block_cols, self.in_registers).items()}
+        self.rings = {
+            name: SlotRing(core, "UB", nbytes, buffers)
+            for name, nbytes in chain_slots(
+                ops,
+                workload.tensors,
+                self.seeds,
+                tile_rows,
+                tile_cols,
+                block_cols,
+                self.in_registers,
+            ).items()
+        }
         self.final = self.ops[-1].output
-        self.held: list[tuple[SlotRing, int]] = []   # accumulators the tile keeps to its store
+        self.held: list[tuple[SlotRing, int]] = []  # accumulators the tile keeps to its store
 
     def begin_tile(self, r0: int, r1: int, c0: int, c1: int) -> None:
         self.tile = (r0, r1, c0, c1)
         self.slot_of: dict[str, tuple[SlotRing, int]] = {}
-        self.pending: dict[str, list[int]] = {}       # ready flags not yet waited on
+        self.pending: dict[str, list[int]] = {}  # ready flags not yet waited on
 
-    def block(self, c0: int, c1: int, drains: dict[str, Instr] | None = None,
-              held: list[tuple[SlotRing, int]] = ()) -> None:
+    def block(
+        self,
+        c0: int,
+        c1: int,
+        drains: dict[str, Instr] | None = None,
+        held: list[tuple[SlotRing, int]] = (),
+    ) -> None:
         """One block of columns of the tile arrives (from L0C, or loaded from HBM), and the
         ops before any row-wise op run on it. `held`: accumulator slots the values stay in
         until the tile is stored (in_registers)."""
@@ -160,7 +198,7 @@ class VectorChain:
         arrivals = drains or {self.seeds[0]: self._load(self.seeds[0], r0, r1, c0, c1)}
         for name, instr in arrivals.items():
             ring = self.rings[f"chain:{name}"]
-            if name in self.slot_of:      # a later block of a row tile: same slot, more data
+            if name in self.slot_of:  # a later block of a row tile: same slot, more data
                 slot = self.slot_of[name][1]
                 instr.sets.append(ring.ready[slot])
             else:
@@ -182,29 +220,35 @@ class VectorChain:
         last.sets.append(ring.done[slot])
         region = Region(self.final, r0, r1, c0, c1)
         nbytes = region_bytes(region, self.tensors[self.final])
-        store = (transfer("FIXPIPE", f"store {region}", "L0C", "HBM", nbytes, region)
-                 if self.in_registers else
-                 transfer("MTE3", f"store {region}", "UB", "HBM", nbytes, region))
+        store = (
+            transfer("FIXPIPE", f"store {region}", "L0C", "HBM", nbytes, region)
+            if self.in_registers
+            else transfer("MTE3", f"store {region}", "UB", "HBM", nbytes, region)
+        )
         store.waits.append(ring.done[slot])
         ring.last_use(store, slot)
-        for accumulators, held in self.held:    # the registers are free once stored
+        for accumulators, held in self.held:  # the registers are free once stored
             accumulators.last_use(store, held)
         self.held = []
         self.core.emit(store)
 
     def _load(self, name: str, r0: int, r1: int, c0: int, c1: int) -> Instr:
         region = broadcast_region(self.tensors[name], r0, r1, c0, c1)
-        return transfer("MTE2", f"load {region}", "HBM", "UB",
-                        region_bytes(region, self.tensors[name]), region)
+        return transfer(
+            "MTE2", f"load {region}", "HBM", "UB", region_bytes(region, self.tensors[name]), region
+        )
 
     def _run(self, op: Op, r0: int, r1: int, c0: int, c1: int) -> Instr:
         spec = OPS[op.op]
         out = self.tensors[op.output]
         elems = (r1 - r0) * (c1 - c0)
         widest = max(DTYPE_BYTES[self.tensors[n].dtype] for n in (*op.inputs, op.output))
-        instr = Instr("VECTOR", f"{op.op} {op.output}[{r0}:{r1}, {c0}:{c1}]",
-                      nbytes=elems * DTYPE_BYTES[out.dtype],
-                      cycles=vector_op_cycles(self.hw.vector, elems, widest, spec.cost_class))
+        instr = Instr(
+            "VECTOR",
+            f"{op.op} {op.output}[{r0}:{r1}, {c0}:{c1}]",
+            nbytes=elems * DTYPE_BYTES[out.dtype],
+            cycles=vector_op_cycles(self.hw.vector, elems, widest, spec.cost_class),
+        )
         reads = []
         chain_inputs = list(dict.fromkeys(n for n in op.inputs if n in self.slot_of))
         for name in op.inputs:
@@ -223,11 +267,10 @@ class VectorChain:
         for name in chain_inputs[1:]:
             if self.slot_of[name] is not target:
                 ring, slot = self.slot_of.pop(name)
-                ring.last_use(instr, slot)   # a second running value (dual GEMM) is done
+                ring.last_use(instr, slot)  # a second running value (dual GEMM) is done
         self.slot_of[op.output] = target
         instr.reads = tuple(reads)
         instr.writes = ((self.value_level, instr.nbytes),)
         self.core.emit(instr)
         self._last = instr
         return instr
-

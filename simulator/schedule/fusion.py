@@ -35,9 +35,9 @@ VIEW_READ = {"reshape": "under its new shape", "slice": "sliced in place"}
 @dataclass(frozen=True)
 class Kernel:
     name: str
-    ops: tuple[Op, ...]              # in execution order
-    gemms: tuple[Op, ...]            # the matmuls (none for a vector kernel)
-    epilogue: tuple[Op, ...]         # vector ops run on chip after the GEMMs (or alone)
+    ops: tuple[Op, ...]  # in execution order
+    gemms: tuple[Op, ...]  # the matmuls (none for a vector kernel)
+    epilogue: tuple[Op, ...]  # vector ops run on chip after the GEMMs (or alone)
 
     @property
     def fused(self) -> bool:
@@ -65,17 +65,19 @@ class Kernel:
 @dataclass(frozen=True)
 class Plan:
     kernels: tuple[Kernel, ...]
-    reasons: dict[str, str]          # op heading its own kernel -> why it is not fused
+    reasons: dict[str, str]  # op heading its own kernel -> why it is not fused
 
 
 def plan_kernels(workload: Workload) -> Plan:
     graph = DataflowGraph(workload)
     fusion = workload.fusion
     if fusion == "none":
-        reasons = {op.name: "schedule.fusion is none: every op runs as its own kernel"
-                   for op in graph.ops if OPS[op.op].unit == "vector"}
-        return Plan(tuple(_kernel([op]) for op in graph.ops
-                          if OPS[op.op].unit != "view"), reasons)
+        reasons = {
+            op.name: "schedule.fusion is none: every op runs as its own kernel"
+            for op in graph.ops
+            if OPS[op.op].unit == "vector"
+        }
+        return Plan(tuple(_kernel([op]) for op in graph.ops if OPS[op.op].unit != "view"), reasons)
     pass_ = _FusionPass(graph)
     plan = pass_.run() if fusion == "auto" else pass_.run_groups(fusion)
     _refuse_unused_tilings(workload, plan)
@@ -90,11 +92,16 @@ def _refuse_unused_tilings(workload: Workload, plan: Plan) -> None:
         for op in kernel.ops[1:]:
             spec = workload.tiling.get(op.name)
             if spec is not None and replace(spec, path="") != replace(
-                    workload.tiling_for(head), path=""):
-                raise ConfigError(workload.source, [
-                    f"{spec.path}: {op.name} runs in the kernel {kernel.name}, whose tiling is "
-                    f"that of {head}; give it as schedule.tiling.{head} (or the same values "
-                    f"for both), or fuse less"])
+                workload.tiling_for(head), path=""
+            ):
+                raise ConfigError(
+                    workload.source,
+                    [
+                        f"{spec.path}: {op.name} runs in the kernel {kernel.name}, whose tiling is "
+                        f"that of {head}; give it as schedule.tiling.{head} (or the same values "
+                        f"for both), or fuse less"
+                    ],
+                )
 
 
 def _kernel(ops: list[Op]) -> Kernel:
@@ -119,13 +126,17 @@ class _FusionPass:
             allowed = None if group_of is None else group_of.get(op.name, set())
             kernels.append(self._grow(op, allowed))
         heads = {k.ops[0].name for k in kernels} | {
-            op.name for op in self.graph.ops if OPS[op.op].unit == "view"}
+            op.name for op in self.graph.ops if OPS[op.op].unit == "view"
+        }
         reasons = {name: why for name, why in self.reasons.items() if name in heads}
         for kernel in kernels:
             head = kernel.ops[0]
             if not kernel.gemms and head.name not in reasons:
-                reasons[head.name] = ("its inputs come from HBM (" + ", ".join(head.inputs)
-                                      + "): no kernel before it leaves them on chip")
+                reasons[head.name] = (
+                    "its inputs come from HBM ("
+                    + ", ".join(head.inputs)
+                    + "): no kernel before it leaves them on chip"
+                )
         ordered = dict(sorted(reasons.items(), key=lambda item: self.graph.position[item[0]]))
         return Plan(tuple(kernels), ordered)
 
@@ -135,17 +146,24 @@ class _FusionPass:
         plan = self.run(group_of=group_of)
         for group in groups:
             kernel = next((k for k in plan.kernels if group[0] in {o.name for o in k.ops}), None)
-            got = sorted((o.name for o in kernel.ops) if kernel else [],
-                         key=lambda n: self.graph.position[n])
+            got = sorted(
+                (o.name for o in kernel.ops) if kernel else [], key=lambda n: self.graph.position[n]
+            )
             want = sorted(group, key=lambda n: self.graph.position[n])
             if got != want:
                 missing = [n for n in want if n not in got]
                 why = (self.reasons.get(missing[0]) if missing else None) or (
-                    f"{want[0]} is not first in execution order" if got[:1] != want[:1]
-                    else "the ops do not form one chain")
-                raise ConfigError(self.workload.source, [
-                    f"schedule.fusion: group [{', '.join(group)}] cannot run as one kernel: "
-                    f"'{(missing or want)[0]}' cannot join: {why}"])
+                    f"{want[0]} is not first in execution order"
+                    if got[:1] != want[:1]
+                    else "the ops do not form one chain"
+                )
+                raise ConfigError(
+                    self.workload.source,
+                    [
+                        f"schedule.fusion: group [{', '.join(group)}] cannot run as one kernel: "
+                        f"'{(missing or want)[0]}' cannot join: {why}"
+                    ],
+                )
         return plan
 
     def _grow(self, head: Op, allowed: set[str] | None) -> Kernel:
@@ -171,12 +189,16 @@ class _FusionPass:
         """[second matmul, act, mul] when `first` and another matmul meet in act(g) * u."""
         graph = self.graph
         for second in graph.consumers(first.inputs[0]):
-            if (second is first or second.op != first.op or second.name in self.assigned
-                    or second.inputs[0] != first.inputs[0]            # shared A, not B
-                    or not self._available(second.inputs[1])
-                    or (allowed is not None and second.name not in allowed)
-                    or second.attrs.get("transpose_a") != first.attrs.get("transpose_a")
-                    or graph.tensor(second.output).shape != graph.tensor(first.output).shape):
+            if (
+                second is first
+                or second.op != first.op
+                or second.name in self.assigned
+                or second.inputs[0] != first.inputs[0]  # shared A, not B
+                or not self._available(second.inputs[1])
+                or (allowed is not None and second.name not in allowed)
+                or second.attrs.get("transpose_a") != first.attrs.get("transpose_a")
+                or graph.tensor(second.output).shape != graph.tensor(first.output).shape
+            ):
                 continue
             for g, u in ((first.output, second.output), (second.output, first.output)):
                 act_users, u_users = graph.consumers(g), graph.consumers(u)
@@ -186,10 +208,13 @@ class _FusionPass:
                 if act.op not in DUAL_ACTIVATIONS:
                     continue
                 mul_users = graph.consumers(act.output)
-                if (len(mul_users) == 1 and mul_users[0] is u_users[0]
-                        and mul_users[0].op == "mul"
-                        and set(mul_users[0].inputs) == {act.output, u}
-                        and (allowed is None or {act.name, mul_users[0].name} <= allowed)):
+                if (
+                    len(mul_users) == 1
+                    and mul_users[0] is u_users[0]
+                    and mul_users[0].op == "mul"
+                    and set(mul_users[0].inputs) == {act.output, u}
+                    and (allowed is None or {act.name, mul_users[0].name} <= allowed)
+                ):
                     dual = [second, act, mul_users[0]]
                     refusal = self._epilogue_refusal(mul_users[0], [first, second, act])
                     if refusal is None:
@@ -211,15 +236,24 @@ class _FusionPass:
         users = graph.consumers(tensor)
         for user in users:
             if OPS[user.op].unit == "view":
-                self._why(user, f"a {user.op} is a view of {tensor} in HBM, so {tensor} is "
-                                f"written there and read back {VIEW_READ[user.op]}")
+                self._why(
+                    user,
+                    f"a {user.op} is a view of {tensor} in HBM, so {tensor} is "
+                    f"written there and read back {VIEW_READ[user.op]}",
+                )
             elif OPS[user.op].unit == "cube":
-                self._why(user, f"a matmul reads its operands through L1, not from UB: {tensor} "
-                                "goes out to HBM (or L2) and back")
+                self._why(
+                    user,
+                    f"a matmul reads its operands through L1, not from UB: {tensor} "
+                    "goes out to HBM (or L2) and back",
+                )
             elif len(users) > 1:
                 others = ", ".join(u.name for u in users if u is not user)
-                self._why(user, f"its input {tensor} is also read by {others}, so {tensor} "
-                                "must be written to HBM")
+                self._why(
+                    user,
+                    f"its input {tensor} is also read by {others}, so {tensor} "
+                    "must be written to HBM",
+                )
         if len(users) != 1 or OPS[users[0].op].unit != "vector":
             return None
         user = users[0]
@@ -232,8 +266,11 @@ class _FusionPass:
         vector_ops = [op for op in ops if OPS[op.op].unit == "vector"]
         consumed = {n for op in vector_ops for n in op.inputs}
         seed = [] if len(ops) > len(vector_ops) else [ops[0].inputs[0]]
-        overwritten = ({op.output for op in ops} | set(seed)) - {tensor} - (
-            {op.output for op in ops if OPS[op.op].unit == "cube"} - consumed)
+        overwritten = (
+            ({op.output for op in ops} | set(seed))
+            - {tensor}
+            - ({op.output for op in ops if OPS[op.op].unit == "cube"} - consumed)
+        )
         for name in user.inputs:
             if name == tensor:
                 continue
@@ -244,8 +281,11 @@ class _FusionPass:
                 continue
             if not self._available(name):
                 producer = graph.producer(name)
-                self._why(user, f"its other input {name} is produced by {producer.name}, which "
-                                "runs after this kernel would start")
+                self._why(
+                    user,
+                    f"its other input {name} is produced by {producer.name}, which "
+                    "runs after this kernel would start",
+                )
                 return None
         if graph.tensor(user.output).shape != graph.tensor(tensor).shape:
             self._why(user, f"it broadcasts {tensor} to a larger shape")
@@ -264,4 +304,4 @@ class _FusionPass:
         return epilogue_refusal(self.workload, ops + [op])
 
     def _why(self, op: Op, reason: str) -> None:
-        self.reasons[op.name] = reason      # the latest attempt is the one that decided
+        self.reasons[op.name] = reason  # the latest attempt is the one that decided

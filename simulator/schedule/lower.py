@@ -50,13 +50,15 @@ from .tiling import (
 def lower(workload: Workload, plan: Plan) -> Program:
     """Lower every kernel; every tiling problem of every kernel is reported together."""
     if not plan.kernels:
-        raise SimulatorError(f"{workload.source}: nothing to simulate: no op computes anything "
-                             "(a reshape or a slice is a view that moves no data); add an op "
-                             "that does")
+        raise SimulatorError(
+            f"{workload.source}: nothing to simulate: no op computes anything "
+            "(a reshape or a slice is a view that moves no data); add an op "
+            "that does"
+        )
     roles = tensor_roles(workload, plan)
     _refuse_if_over_capacity(workload, roles)
     lowered, problems = [], []
-    chunks: dict = {}       # K chunks built so far, shared by matmuls of one shape and tiling
+    chunks: dict = {}  # K chunks built so far, shared by matmuls of one shape and tiling
     total = 0
     for kernel in plan.kernels:
         try:
@@ -69,18 +71,19 @@ def lower(workload: Workload, plan: Plan) -> Program:
             continue
         total += lowered[-1].instruction_count
         if total > MAX_INSTRUCTIONS:
-            raise TilingError(f"{workload.source}: the kernels up to '{kernel.name}' already "
-                              f"need {total:,} instructions, more than the "
-                              f"{MAX_INSTRUCTIONS:,} a run can hold in memory; use larger base "
-                              "blocks or a smaller problem")
+            raise TilingError(
+                f"{workload.source}: the kernels up to '{kernel.name}' already "
+                f"need {total:,} instructions, more than the "
+                f"{MAX_INSTRUCTIONS:,} a run can hold in memory; use larger base "
+                "blocks or a smaller problem"
+            )
     if problems:
         lines = [line for problem in problems for line in problem.splitlines()]
         raise TilingError("\n".join(f"{workload.source}: {line}" for line in lines))
     geometry = {t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in workload.tensors.values()}
     # compulsory traffic: every input read once, every kernel's result written once (an input
     # kernels read only through a view counts as that view)
-    compulsory = sum(nbytes for role, nbytes in roles.values()
-                     if role not in ("on_chip", "viewed"))
+    compulsory = sum(nbytes for role, nbytes in roles.values() if role not in ("on_chip", "viewed"))
     nz = frozenset(t.name for t in workload.tensors.values() if t.layout == "nz")
     slices = {op.output: op.attrs["step"] for op in workload.ops if op.op == "slice"}
     return Program(lowered, geometry, compulsory, roles, nz, slices)
@@ -100,17 +103,17 @@ def tensor_roles(workload: Workload, plan: Plan) -> dict[str, tuple[str, int]]:
     roles = {}
     for name in sorted(consumed | produced):
         if name not in produced and tensors[name].kind == "intermediate":
-            role = "view"                    # a reshape or a slice of a tensor in HBM
+            role = "view"  # a reshape or a slice of a tensor in HBM
         elif name not in produced:
-            role = tensors[name].kind                    # activation, weight or cache: from HBM
+            role = tensors[name].kind  # activation, weight or cache: from HBM
         elif name not in written:
-            role = "on_chip"                             # lives and dies inside one fused kernel
+            role = "on_chip"  # lives and dies inside one fused kernel
         elif name in consumed:
-            role = "intermediate"                        # written by one kernel, read by another
+            role = "intermediate"  # written by one kernel, read by another
         else:
             role = "output"
         roles[name] = (role, tensors[name].nbytes)
-    for op in workload.ops:     # an input that kernels read only through a view of it
+    for op in workload.ops:  # an input that kernels read only through a view of it
         if OPS[op.op].unit == "view" and op.output in roles and op.inputs[0] not in roles:
             roles[op.inputs[0]] = ("viewed", tensors[op.inputs[0]].nbytes)
     return roles
@@ -126,16 +129,24 @@ def _refuse_if_over_capacity(workload: Workload, roles: dict[str, tuple[str, int
     footprint = footprint_bytes(roles)
     capacity = workload.hardware.memories["HBM"].capacity_bytes
     if footprint["total"] > capacity:
-        parts = ", ".join(f"{role}s {fmt_bytes(n)}" for role, n in footprint.items()
-                          if n and role != "total")
+        parts = ", ".join(
+            f"{role}s {fmt_bytes(n)}" for role, n in footprint.items() if n and role != "total"
+        )
         raise SimulatorError(
             f"{workload.source}: the tensors need {fmt_bytes(footprint['total'])} of HBM "
             f"({parts}) but {workload.hardware.name} has {fmt_bytes(capacity)}; use a smaller "
-            "problem or a chip with more HBM")
+            "problem or a chip with more HBM"
+        )
 
 
-def _operand_region(name: str, shape: tuple[int, ...], transposed: bool, batch: int,
-                    rows: tuple[int, int], cols: tuple[int, int]) -> Region:
+def _operand_region(
+    name: str,
+    shape: tuple[int, ...],
+    transposed: bool,
+    batch: int,
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+) -> Region:
     """A logical (rows × cols) block of one batch of an operand, in its stored 2-D view."""
     if transposed:
         rows, cols = cols, rows
@@ -143,8 +154,9 @@ def _operand_region(name: str, shape: tuple[int, ...], transposed: bool, batch: 
     return Region(name, offset + rows[0], offset + rows[1], cols[0], cols[1])
 
 
-def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
-                 chunks_by_shape: dict) -> KernelProgram:
+def lower_matmul(
+    kernel: Kernel, workload: Workload, hw: Hardware, chunks_by_shape: dict
+) -> KernelProgram:
     """`chunks_by_shape` keeps the K chunks built (see `_MatmulCore._chunk`) per shape and
     tiling: they name no tensor, so every kernel of that shape and tiling can reuse them."""
     tensors = workload.tensors
@@ -164,21 +176,45 @@ def lower_matmul(kernel: Kernel, workload: Workload, hw: Hardware,
     chunks = chunks_by_shape.setdefault((shape, t), {})
     multicast = multicast_sides(t, hw.multicast_cores, len(kernel.gemms))
     # cell i runs on core i mod cores: one cell each, or with `split: blocks` in waves
-    cores = [_MatmulCore(kernel, workload, hw, shape, t, chunks, multicast).emit(
-        cells[core::hw.cores]) for core in range(min(hw.cores, len(cells)))]
+    cores = [
+        _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast).emit(cells[core :: hw.cores])
+        for core in range(min(hw.cores, len(cells)))
+    ]
     ins = {name for op in kernel.ops for name in op.inputs} - {op.output for op in kernel.ops}
     plan = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
     if kernel.epilogue:
         cols = shape.n if kernel.rowwise else t.base_n
         ops = list(kernel.ops)
-        plan["UB"] = sum(chain_slots(ops, tensors, seeds_of(ops), min(t.base_m, shape.m), cols,
-                                     t.base_n, in_registers(hw, ops)).values()) * t.buffers
+        plan["UB"] = (
+            sum(
+                chain_slots(
+                    ops,
+                    tensors,
+                    seeds_of(ops),
+                    min(t.base_m, shape.m),
+                    cols,
+                    t.base_n,
+                    in_registers(hw, ops),
+                ).values()
+            )
+            * t.buffers
+        )
     return KernelProgram(
-        kernel.name, tuple(op.name for op in kernel.ops), kernel.fused, "cube", shape.dtype,
-        _flops(kernel.ops, tensors), cores, t.to_dict(), sum(tensors[n].nbytes for n in ins),
-        tensors[kernel.output].nbytes, plan,
+        kernel.name,
+        tuple(op.name for op in kernel.ops),
+        kernel.fused,
+        "cube",
+        shape.dtype,
+        _flops(kernel.ops, tensors),
+        cores,
+        t.to_dict(),
+        sum(tensors[n].nbytes for n in ins),
+        tensors[kernel.output].nbytes,
+        plan,
         vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector),
-        cube_flops=_flops(kernel.gemms, tensors), gemms=len(kernel.gemms))
+        cube_flops=_flops(kernel.gemms, tensors),
+        gemms=len(kernel.gemms),
+    )
 
 
 # Each instruction costs a few hundred bytes while the program is built and run: past
@@ -189,7 +225,7 @@ MAX_INSTRUCTIONS = 5_000_000
 def instruction_count(shape: MatmulShape, t: Tiling, epilogue_ops: int) -> int:
     """About how many instructions a matmul kernel lowers to with this tiling."""
     g = shape.gemms
-    blocks = (shape.batch * -(-shape.m // t.base_m) * -(-shape.n // t.base_n))
+    blocks = shape.batch * -(-shape.m // t.base_m) * -(-shape.n // t.base_n)
     k_blocks = -(-shape.k // t.base_k)
     chunks = -(-shape.k // (t.base_k * t.step_k))
     return blocks * (k_blocks * (1 + 2 * g) + chunks * (1 + g) + g + 2 * epilogue_ops)
@@ -201,25 +237,41 @@ def _refuse_if_too_large(kernel: Kernel, shape: MatmulShape, t: Tiling, hw: Hard
         raise TilingError(
             f"{kernel.gemms[0].path}: kernel '{kernel.name}' would need about {count:,} "
             f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in memory; use "
-            f"larger base blocks (now {t.base_m}x{t.base_n}x{t.base_k}) or a smaller problem")
+            f"larger base blocks (now {t.base_m}x{t.base_n}x{t.base_k}) or a smaller problem"
+        )
 
 
 class _MatmulCore:
     """The program of one core of a matmul kernel."""
 
-    def __init__(self, kernel: Kernel, workload: Workload, hw: Hardware, shape: MatmulShape,
-                 t: Tiling, chunks: dict, multicast: dict[int, int]):
+    def __init__(
+        self,
+        kernel: Kernel,
+        workload: Workload,
+        hw: Hardware,
+        shape: MatmulShape,
+        t: Tiling,
+        chunks: dict,
+        multicast: dict[int, int],
+    ):
         self.kernel, self.workload, self.hw, self.shape, self.t = kernel, workload, hw, shape, t
         self.multicast = multicast  # side -> cores sharing each of its L1 loads (see above)
-        self.chunks = chunks        # the K chunks built so far (see _chunk)
+        self.chunks = chunks  # the K chunks built so far (see _chunk)
         self.fractal = hw.cube.fractal[shape.dtype]
         self.tensors = workload.tensors
         gemm = kernel.gemms[0]
         self.a = gemm.inputs[0]
         self.a_shape = self.tensors[self.a].shape
         self.transpose_a = gemm.attrs.get("transpose_a", False)
-        self.bs = [(op.inputs[1], self.tensors[op.inputs[1]].shape,
-                    op.attrs.get("transpose_b", False), op.output) for op in kernel.gemms]
+        self.bs = [
+            (
+                op.inputs[1],
+                self.tensors[op.inputs[1]].shape,
+                op.attrs.get("transpose_b", False),
+                op.output,
+            )
+            for op in kernel.gemms
+        ]
         g = len(self.bs)
         self.side_names = ["A"] + (["B"] if g == 1 else [f"B{i}" for i in range(g)])
 
@@ -230,32 +282,49 @@ class _MatmulCore:
         chunk_k = t.base_k * t.step_k
         g = len(self.bs)
         self.l1_a = SlotRing(core, "L1", t.base_m * chunk_k * shape.a_bytes, t.buffers)
-        self.l1_b = [SlotRing(core, "L1", chunk_k * t.base_n * shape.b_bytes, t.buffers)
-                     for _ in range(g)]
+        self.l1_b = [
+            SlotRing(core, "L1", chunk_k * t.base_n * shape.b_bytes, t.buffers) for _ in range(g)
+        ]
         self.l0_a = SlotRing(core, "L0A", t.base_m * t.base_k * shape.a_bytes, t.buffers)
-        self.l0_b = [SlotRing(core, "L0B", t.base_k * t.base_n * shape.b_bytes, t.buffers)
-                     for _ in range(g)]
-        self.l0_c = [SlotRing(core, "L0C", t.base_m * t.base_n * ACCUMULATOR_BYTES,
-                              t.l0c_buffers)
-                     for _ in range(g)]
+        self.l0_b = [
+            SlotRing(core, "L0B", t.base_k * t.base_n * shape.b_bytes, t.buffers) for _ in range(g)
+        ]
+        self.l0_c = [
+            SlotRing(core, "L0C", t.base_m * t.base_n * ACCUMULATOR_BYTES, t.l0c_buffers)
+            for _ in range(g)
+        ]
         self.chain = None
         if self.kernel.epilogue:
             cols = shape.n if self.kernel.rowwise else t.base_n
-            self.chain = VectorChain(core, list(self.kernel.ops), self.workload, self.hw,
-                                     t.buffers, min(t.base_m, shape.m), cols, t.base_n)
+            self.chain = VectorChain(
+                core,
+                list(self.kernel.ops),
+                self.workload,
+                self.hw,
+                t.buffers,
+                min(t.base_m, shape.m),
+                cols,
+                t.base_n,
+            )
         steps = []
         for batches, (m0, m1), (n0, n1) in cells:
-            blocks = [(b, bm, bn) for b in batches for bm in range(m0, m1, t.base_m)
-                      for bn in range(n0, n1, t.base_n)]
+            blocks = [
+                (b, bm, bn)
+                for b in batches
+                for bm in range(m0, m1, t.base_m)
+                for bn in range(n0, n1, t.base_n)
+            ]
             if t.order == "m":
                 blocks.sort(key=lambda block: (block[0], block[2], block[1]))
-            steps += self._plan_steps(blocks, (m1, n0, n1), chunk_k, steps[-1][4] if steps
-                                      else None)
+            steps += self._plan_steps(
+                blocks, (m1, n0, n1), chunk_k, steps[-1][4] if steps else None
+            )
         self._emit_steps(steps)
         return core
 
-    def _plan_steps(self, blocks, cell: tuple[int, int, int], chunk_k: int,
-                    staged_before: list[Region] | None) -> list:
+    def _plan_steps(
+        self, blocks, cell: tuple[int, int, int], chunk_k: int, staged_before: list[Region] | None
+    ) -> list:
         """Each (block, K chunk) of one cell with the L1 chunks it needs and whether each is
         fresh: a chunk equal to the one staged just before is reused in place."""
         t, shape = self.t, self.shape
@@ -267,8 +336,10 @@ class _MatmulCore:
             for kc in range(0, shape.k, chunk_k):
                 depth = (kc, min(shape.k, kc + chunk_k))
                 keys = [_operand_region(self.a, self.a_shape, self.transpose_a, b, rows, depth)]
-                keys += [_operand_region(name, bshape, tb, b, depth, cols)
-                         for name, bshape, tb, _ in self.bs]
+                keys += [
+                    _operand_region(name, bshape, tb, b, depth, cols)
+                    for name, bshape, tb, _ in self.bs
+                ]
                 fresh = [staged.get(side) != key for side, key in enumerate(keys)]
                 staged.update(enumerate(keys))
                 steps.append((b, rows, cols, depth, keys, fresh, (n0, n1)))
@@ -286,40 +357,54 @@ class _MatmulCore:
                 last_use[(side, current)] = index
         slot_of = {}
         acc_slots = []
-        for index, (b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1)) in enumerate(
-                steps):
+        for index, (b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1)) in enumerate(steps):
             rows, cols = bm1 - bm, bn1 - bn
             for side, region in enumerate(keys):
                 if fresh[side]:
                     elem = self.shape.a_bytes if side == 0 else self.shape.b_bytes
-                    load = transfer("MTE2", f"load {self.side_names[side]} {region}", "HBM",
-                                    "L1", (region.row1 - region.row0)
-                                    * (region.col1 - region.col0) * elem, region,
-                                    multicast=self.multicast.get(side, 1))
+                    load = transfer(
+                        "MTE2",
+                        f"load {self.side_names[side]} {region}",
+                        "HBM",
+                        "L1",
+                        (region.row1 - region.row0) * (region.col1 - region.col0) * elem,
+                        region,
+                        multicast=self.multicast.get(side, 1),
+                    )
                     slot_of[side] = (l1[side].fill(load), index)
                     core.emit(load)
             # per L1 side: its slot, and whether this chunk is the slot's first or last use
-            sides = tuple((slot, loaded_at == index, last_use[(side, loaded_at)] == index)
-                          for side, (slot, loaded_at) in sorted(slot_of.items()))
+            sides = tuple(
+                (slot, loaded_at == index, last_use[(side, loaded_at)] == index)
+                for side, (slot, loaded_at) in sorted(slot_of.items())
+            )
             acc_slots = self._chunk(rows, cols, kc, kc1, sides, acc_slots)
             if kc1 == self.shape.k:
                 self._drain(b, bm, rows, bn, cols, acc_slots, n0, n1)
 
-    def _chunk(self, rows: int, cols: int, kc: int, kc1: int, sides: tuple,
-               acc_slots: list[int]) -> list[int]:
+    def _chunk(
+        self, rows: int, cols: int, kc: int, kc1: int, sides: tuple, acc_slots: list[int]
+    ) -> list[int]:
         """Emit the MTE1 moves and Cube mmads of one K chunk of one block; return the
         accumulator slots. A chunk identical to one built before (same block shape, K range,
         slots and ring positions, on any core of a kernel of this shape and tiling) reuses its
         instructions: every such core creates its ring flags in the same order before its
         first chunk, and the engine never changes an instruction."""
         rings = [self.l0_a, *self.l0_b, *self.l0_c]
-        key = (len(self.core.flag_initial), rows, cols, kc, kc1, sides,
-               tuple(ring.next for ring in rings), tuple(acc_slots) if kc else None)
+        key = (
+            len(self.core.flag_initial),
+            rows,
+            cols,
+            kc,
+            kc1,
+            sides,
+            tuple(ring.next for ring in rings),
+            tuple(acc_slots) if kc else None,
+        )
         built = self.chunks.get(key)
         if built is None:
             moves, mmads, acc_slots = self._build_chunk(rows, cols, kc, kc1, sides, acc_slots)
-            built = self.chunks[key] = (moves, mmads, acc_slots,
-                                        tuple(ring.next for ring in rings))
+            built = self.chunks[key] = (moves, mmads, acc_slots, tuple(ring.next for ring in rings))
         moves, mmads, acc_slots, ring_next = built
         self.core.queues["MTE1"].extend(moves)
         self.core.queues["CUBE"].extend(mmads)
@@ -327,8 +412,9 @@ class _MatmulCore:
             ring.next = position
         return list(acc_slots)
 
-    def _build_chunk(self, rows: int, cols: int, kc: int, kc1: int, sides: tuple,
-                     acc_slots: list[int]) -> tuple[list[Instr], list[Instr], list[int]]:
+    def _build_chunk(
+        self, rows: int, cols: int, kc: int, kc1: int, sides: tuple, acc_slots: list[int]
+    ) -> tuple[list[Instr], list[Instr], list[int]]:
         t, shape = self.t, self.shape
         fm, fn, fk = self.fractal
         l1 = [self.l1_a, *self.l1_b]
@@ -340,9 +426,11 @@ class _MatmulCore:
             b_bytes = round_up(depth, fk) * round_up(cols, fn) * shape.b_bytes
             moved = []
             for side, (ring, nbytes) in enumerate(
-                    [(self.l0_a, a_bytes), *((r, b_bytes) for r in self.l0_b)]):
-                move = transfer("MTE1", f"move {self.side_names[side]} k{kb}", "L1",
-                                ring.buffer, nbytes)
+                [(self.l0_a, a_bytes), *((r, b_bytes) for r in self.l0_b)]
+            ):
+                move = transfer(
+                    "MTE1", f"move {self.side_names[side]} k{kb}", "L1", ring.buffer, nbytes
+                )
                 slot, first_use, last_use = sides[side]
                 if kb_index == 0 and first_use:
                     l1[side].first_use(move, slot)
@@ -354,11 +442,15 @@ class _MatmulCore:
             if first_k:
                 acc_slots = []
             for gemm, acc in enumerate(self.l0_c):
-                mmad = Instr("CUBE", f"mmad {rows}x{cols}x{depth}", cycles=cube_call_cycles(
-                    self.hw.cube, round_up(rows, fm), round_up(cols, fn), depth, self.fractal),
+                mmad = Instr(
+                    "CUBE",
+                    f"mmad {rows}x{cols}x{depth}",
+                    cycles=cube_call_cycles(
+                        self.hw.cube, round_up(rows, fm), round_up(cols, fn), depth, self.fractal
+                    ),
                     reads=(("L0A", a_bytes), ("L0B", b_bytes)),
-                    writes=(("L0C", round_up(rows, fm) * round_up(cols, fn)
-                             * ACCUMULATOR_BYTES),))
+                    writes=(("L0C", round_up(rows, fm) * round_up(cols, fn) * ACCUMULATOR_BYTES),),
+                )
                 # every GEMM reads the one A block; each reads its own B block
                 (a_ring, a_slot), (b_ring, b_slot) = moved[0], moved[1 + gemm]
                 if gemm == 0:
@@ -375,8 +467,9 @@ class _MatmulCore:
                 mmads.append(mmad)
         return moves, mmads, acc_slots
 
-    def _drain(self, b: int, bm: int, rows: int, bn: int, cols: int, acc_slots: list,
-               n0: int, n1: int) -> None:
+    def _drain(
+        self, b: int, bm: int, rows: int, bn: int, cols: int, acc_slots: list, n0: int, n1: int
+    ) -> None:
         """Move the finished block out of L0C: to HBM, or to UB for the vector chain."""
         fm, fn, _ = self.fractal
         row0 = b * self.shape.m + bm
@@ -393,9 +486,15 @@ class _MatmulCore:
                 drains[out] = drain
                 continue
             dst = "UB" if self.chain else "HBM"
-            drain = transfer("FIXPIPE", f"drain {region}", "L0C", dst,
-                             rows * cols * DTYPE_BYTES[self.tensors[out].dtype],
-                             region if dst == "HBM" else None, read_bytes=acc_bytes)
+            drain = transfer(
+                "FIXPIPE",
+                f"drain {region}",
+                "L0C",
+                dst,
+                rows * cols * DTYPE_BYTES[self.tensors[out].dtype],
+                region if dst == "HBM" else None,
+                read_bytes=acc_bytes,
+            )
             acc.first_use(drain, slot)
             acc.last_use(drain, slot)
             drains[out] = drain
@@ -431,37 +530,44 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
     if kernel.rowwise:
         tile_cols = cols
         if ub_need(1, cols) > ub:
-            raise TilingError(f"{ops[0].path}: one row of {kernel.output} ({cols} elements) "
-                              f"needs {ub_need(1, cols)} B of UB for kernel '{kernel.name}' "
-                              f"but UB holds {ub} B; try buffers: 1 in its tiling")
+            raise TilingError(
+                f"{ops[0].path}: one row of {kernel.output} ({cols} elements) "
+                f"needs {ub_need(1, cols)} B of UB for kernel '{kernel.name}' "
+                f"but UB holds {ub} B; try buffers: 1 in its tiling"
+            )
         tile_rows = max(1, min(-(-rows // hw.cores), ub // ub_need(1, cols)))
         while tile_rows > 1 and ub_need(tile_rows, cols) > ub:
             tile_rows -= 1
     else:
         per_core = round_up(-(-rows * cols // hw.cores), UB_ALIGN_BYTES)
         per_elem = ub_need(1, UB_ALIGN_BYTES) / UB_ALIGN_BYTES
-        tile_elems = min(per_core, max(UB_ALIGN_BYTES, int(ub / per_elem)
-                                       // UB_ALIGN_BYTES * UB_ALIGN_BYTES))
+        tile_elems = min(
+            per_core, max(UB_ALIGN_BYTES, int(ub / per_elem) // UB_ALIGN_BYTES * UB_ALIGN_BYTES)
+        )
         tile_cols = min(cols, tile_elems)
         tile_rows = max(1, min(rows, tile_elems // tile_cols))
         while ub_need(tile_rows, tile_cols) > ub and tile_rows > 1:
             tile_rows -= 1
     if ub_need(tile_rows, tile_cols) > ub:
         need = ub_need(tile_rows, tile_cols)
-        raise TilingError(f"{ops[0].path}: the smallest tile of kernel '{kernel.name}' "
-                          f"({tile_rows}x{tile_cols} elements) needs {need} B of UB but UB "
-                          f"holds {ub} B")
+        raise TilingError(
+            f"{ops[0].path}: the smallest tile of kernel '{kernel.name}' "
+            f"({tile_rows}x{tile_cols} elements) needs {need} B of UB but UB "
+            f"holds {ub} B"
+        )
     count = -(-rows // tile_rows) * -(-cols // tile_cols) * (2 + 2 * len(ops))
     if count > MAX_INSTRUCTIONS:
-        raise TilingError(f"{ops[0].path}: kernel '{kernel.name}' would need about {count:,} "
-                          f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in "
-                          "memory; use a smaller problem or a chip with a larger UB")
+        raise TilingError(
+            f"{ops[0].path}: kernel '{kernel.name}' would need about {count:,} "
+            f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in "
+            "memory; use a smaller problem or a chip with a larger UB"
+        )
     tiles = [(r, c) for r in range(0, rows, tile_rows) for c in range(0, cols, tile_cols)]
     cores = []
     for core_index in range(min(hw.cores, len(tiles))):
         core = new_core_program()
         chain = VectorChain(core, ops, workload, hw, buffers, tile_rows, tile_cols)
-        for r0, c0 in tiles[core_index::hw.cores]:
+        for r0, c0 in tiles[core_index :: hw.cores]:
             r1, c1 = min(rows, r0 + tile_rows), min(cols, c0 + tile_cols)
             chain.begin_tile(r0, r1, c0, c1)
             chain.block(c0, c1)
@@ -469,12 +575,20 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         cores.append(core)
     ins = {name for op in ops for name in op.inputs} - {op.output for op in ops}
     return KernelProgram(
-        kernel.name, tuple(op.name for op in ops), kernel.fused, "vector", out.dtype,
-        _flops(ops, tensors), cores, None, sum(tensors[n].nbytes for n in ins), out.nbytes,
+        kernel.name,
+        tuple(op.name for op in ops),
+        kernel.fused,
+        "vector",
+        out.dtype,
+        _flops(ops, tensors),
+        cores,
+        None,
+        sum(tensors[n].nbytes for n in ins),
+        out.nbytes,
         {"UB": ub_need(tile_rows, tile_cols)},
-        vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector))
+        vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector),
+    )
 
 
 def _flops(ops, tensors) -> int:
     return sum(OPS[op.op].flops(operands_of(op, tensors), op.attrs) for op in ops)
-

@@ -15,7 +15,7 @@ from ..cost import block_packets, run_packets, shaped_rate, strided_read_factor
 from ..errors import InvariantError
 
 PIPES = ("MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3")
-UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}     # a pipe named by its unit in reports
+UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}  # a pipe named by its unit in reports
 # The keys of a report's utilization, in order: each pipe's unit, then the shared memories.
 UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
 
@@ -23,6 +23,7 @@ UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
 @dataclass(frozen=True, slots=True)
 class Region:
     """A rectangle of a tensor viewed as 2-D (rows = all leading dims, cols = last dim)."""
+
     tensor: str
     row0: int
     row1: int
@@ -37,20 +38,21 @@ class Region:
 class Instr:
     """One instruction of one pipe. Identity is the instruction: the lowering reuses one
     object wherever the same instruction recurs (so it hashes by identity)."""
+
     pipe: str
     label: str
-    src: str | None = None            # transfers: source and destination levels
+    src: str | None = None  # transfers: source and destination levels
     dst: str | None = None
-    nbytes: int = 0                   # bytes moved (transfers) or processed (compute)
-    cycles: int = 0                   # compute: busy cycles, latency included
-    region: Region | None = None      # the tensor rectangle read from or written to HBM/L2
-    reads: tuple[tuple[str, int], ...] = ()   # (level, bytes) this instruction reads
+    nbytes: int = 0  # bytes moved (transfers) or processed (compute)
+    cycles: int = 0  # compute: busy cycles, latency included
+    region: Region | None = None  # the tensor rectangle read from or written to HBM/L2
+    reads: tuple[tuple[str, int], ...] = ()  # (level, bytes) this instruction reads
     writes: tuple[tuple[str, int], ...] = ()  # (level, bytes) this instruction writes
     waits: list[int] = field(default_factory=list)
     sets: list[int] = field(default_factory=list)
-    acquire: tuple[str, int] | None = None           # buffer slot taken at start
-    release: tuple[tuple[str, int], ...] = ()        # slots freed at end
-    multicast: int = 1                # cores one L2 read of this region serves at once
+    acquire: tuple[str, int] | None = None  # buffer slot taken at start
+    release: tuple[tuple[str, int], ...] = ()  # slots freed at end
+    multicast: int = 1  # cores one L2 read of this region serves at once
 
 
 def transfer_packets(instr: Instr, program: Program, packet_bytes: int) -> int:
@@ -65,8 +67,17 @@ def transfer_packets(instr: Instr, program: Program, packet_bytes: int) -> int:
         if step > 1:
             return block_rows * block_cols
         return block_rows * run_packets(0, block_cols * element_bytes, packet_bytes)
-    return block_packets(region.row0, region.row1, region.col0, region.col1, rows, cols,
-                         element_bytes, packet_bytes, region.tensor in program.nz_tensors)
+    return block_packets(
+        region.row0,
+        region.row1,
+        region.col0,
+        region.col1,
+        rows,
+        cols,
+        element_bytes,
+        packet_bytes,
+        region.tensor in program.nz_tensors,
+    )
 
 
 def moved_bytes(instr: Instr, program: Program) -> int:
@@ -74,24 +85,44 @@ def moved_bytes(instr: Instr, program: Program) -> int:
     return instr.nbytes * program.read_factor(instr.region.tensor)
 
 
-def transfer_rate(instr: Instr, program: Program, path_bytes_per_cycle: float,
-                  packet_bytes: int) -> float:
+def transfer_rate(
+    instr: Instr, program: Program, path_bytes_per_cycle: float, packet_bytes: int
+) -> float:
     """A global transfer's rate on a path: the path's, or lower if its packets take longer
     than its bytes (cost.shaped_rate)."""
     if not packet_bytes:
         return path_bytes_per_cycle
-    return shaped_rate(path_bytes_per_cycle, moved_bytes(instr, program),
-                       transfer_packets(instr, program, packet_bytes), packet_bytes)
+    return shaped_rate(
+        path_bytes_per_cycle,
+        moved_bytes(instr, program),
+        transfer_packets(instr, program, packet_bytes),
+        packet_bytes,
+    )
 
 
-def transfer(pipe: str, label: str, src: str, dst: str, nbytes: int,
-             region: Region | None = None, read_bytes: int | None = None,
-             multicast: int = 1) -> Instr:
+def transfer(
+    pipe: str,
+    label: str,
+    src: str,
+    dst: str,
+    nbytes: int,
+    region: Region | None = None,
+    read_bytes: int | None = None,
+    multicast: int = 1,
+) -> Instr:
     """A data movement; `read_bytes` differs from `nbytes` when the engine converts in flight,
     and `multicast` counts the cores that stage the same region from one L2 read."""
-    return Instr(pipe, label, src, dst, nbytes, region=region,
-                 reads=((src, nbytes if read_bytes is None else read_bytes),),
-                 writes=((dst, nbytes),), multicast=multicast)
+    return Instr(
+        pipe,
+        label,
+        src,
+        dst,
+        nbytes,
+        region=region,
+        reads=((src, nbytes if read_bytes is None else read_bytes),),
+        writes=((dst, nbytes),),
+        multicast=multicast,
+    )
 
 
 @dataclass
@@ -133,8 +164,10 @@ class SlotRing:
     def fill(self, producer: Instr) -> int:
         """The producer takes the next slot (waiting until it is free) and marks it ready."""
         if producer.nbytes > self.slot_bytes:
-            raise InvariantError(f"{producer.label}: {producer.nbytes} B into a "
-                                 f"{self.slot_bytes} B slot of {self.buffer}")
+            raise InvariantError(
+                f"{producer.label}: {producer.nbytes} B into a "
+                f"{self.slot_bytes} B slot of {self.buffer}"
+            )
         slot = self.next
         self.next = (slot + 1) % len(self.ready)
         producer.waits.append(self.free[slot])
@@ -153,20 +186,21 @@ class SlotRing:
 @dataclass
 class KernelProgram:
     """One kernel lowered for every core, plus what the analysis needs to judge it."""
+
     name: str
     ops: tuple[str, ...]
     fused: bool
-    unit: str                                   # "cube" or "vector"
+    unit: str  # "cube" or "vector"
     dtype: str
     flops: int
     cores: list[CoreProgram]
     tiling: dict | None
-    compulsory_read_bytes: int                  # inputs read once from HBM
-    compulsory_write_bytes: int                 # outputs written once to HBM
+    compulsory_read_bytes: int  # inputs read once from HBM
+    compulsory_write_bytes: int  # outputs written once to HBM
     buffer_plan_bytes: dict[str, int] = field(default_factory=dict)  # slots reserved per core
-    vector_work_bytes: float = 0.0              # vector ops: bytes × op cost factor
-    cube_flops: int = 0                         # the part of `flops` the Cube does
-    gemms: int = 0                              # GEMMs sharing each A block (dual GEMM: 2)
+    vector_work_bytes: float = 0.0  # vector ops: bytes × op cost factor
+    cube_flops: int = 0  # the part of `flops` the Cube does
+    gemms: int = 0  # GEMMs sharing each A block (dual GEMM: 2)
 
     @property
     def instruction_count(self) -> int:
@@ -176,11 +210,11 @@ class KernelProgram:
 @dataclass
 class Program:
     kernels: list[KernelProgram]
-    tensor_geometry: dict[str, tuple[int, int, int]]   # tensor -> (rows, cols, element bytes)
-    compulsory_hbm_bytes: int                          # external inputs once + outputs once
+    tensor_geometry: dict[str, tuple[int, int, int]]  # tensor -> (rows, cols, element bytes)
+    compulsory_hbm_bytes: int  # external inputs once + outputs once
     tensor_roles: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (role, bytes)
-    nz_tensors: frozenset[str] = frozenset()           # stored in Ascend's fractal NZ layout
-    slice_steps: dict[str, int] = field(default_factory=dict)   # slice views read in place
+    nz_tensors: frozenset[str] = frozenset()  # stored in Ascend's fractal NZ layout
+    slice_steps: dict[str, int] = field(default_factory=dict)  # slice views read in place
 
     @property
     def instruction_count(self) -> int:

@@ -33,12 +33,12 @@ class MatmulShape:
     m: int
     n: int
     k: int
-    a_bytes: int       # bytes per element of A, B and the output
+    a_bytes: int  # bytes per element of A, B and the output
     b_bytes: int
     out_bytes: int
-    dtype: str         # the Cube's input dtype (selects the fractal)
-    batch: int = 1     # independent matmuls of this shape (batch_matmul)
-    gemms: int = 1     # GEMMs sharing A in one kernel (2 for a dual gate/up GEMM)
+    dtype: str  # the Cube's input dtype (selects the fractal)
+    batch: int = 1  # independent matmuls of this shape (batch_matmul)
+    gemms: int = 1  # GEMMs sharing A in one kernel (2 for a dual gate/up GEMM)
     a_nz: bool = False  # A or B stored in the fractal NZ layout (cost.block_packets)
     b_nz: bool = False
     a_transposed: bool = False  # A stored K x M, or B stored N x K
@@ -56,7 +56,7 @@ class Tiling:
     split_b: int
     split_m: int
     split_n: int
-    acc_buffers: int | None = None   # L0C accumulator depth (Ascend's dbL0C); None = buffers
+    acc_buffers: int | None = None  # L0C accumulator depth (Ascend's dbL0C); None = buffers
     # `split: blocks`: every base block is a cell of its own, dealt to the cores in turn (cell
     # i to core i mod cores), so more blocks than cores run in waves, as a CUDA grid or
     # CATLASS's block scheduler runs them; split_b/m/n then count the blocks
@@ -71,9 +71,11 @@ class Tiling:
         whole base blocks with `split: blocks`, else an even share rounded to the fractal."""
         if self.split_blocks:
             return 1, self.base_m, self.base_n
-        return (-(-shape.batch // self.split_b), single_core_extent(shape.m, self.split_m,
-                                                                    fractal[0]),
-                single_core_extent(shape.n, self.split_n, column_align(shape, fractal[1])))
+        return (
+            -(-shape.batch // self.split_b),
+            single_core_extent(shape.m, self.split_m, fractal[0]),
+            single_core_extent(shape.n, self.split_n, column_align(shape, fractal[1])),
+        )
 
     def cores_used(self, cores: int) -> int:
         return min(cores, self.split_b * self.split_m * self.split_n)
@@ -83,11 +85,19 @@ class Tiling:
         return -(-self.split_b * self.split_m * self.split_n // cores)
 
     def to_dict(self) -> dict:
-        return {"base": {"m": self.base_m, "n": self.base_n, "k": self.base_k},
-                "step": {"k": self.step_k}, "order": self.order, "buffers": self.buffers,
-                "acc_buffers": self.l0c_buffers,
-                "split": {"b": self.split_b, "m": self.split_m, "n": self.split_n,
-                          **({"blocks": True} if self.split_blocks else {})}}
+        return {
+            "base": {"m": self.base_m, "n": self.base_n, "k": self.base_k},
+            "step": {"k": self.step_k},
+            "order": self.order,
+            "buffers": self.buffers,
+            "acc_buffers": self.l0c_buffers,
+            "split": {
+                "b": self.split_b,
+                "m": self.split_m,
+                "n": self.split_n,
+                **({"blocks": True} if self.split_blocks else {}),
+            },
+        }
 
 
 def gemm_shape(gemms: list, tensors: dict) -> MatmulShape:
@@ -97,11 +107,21 @@ def gemm_shape(gemms: list, tensors: dict) -> MatmulShape:
     op = gemms[0]
     a, b = (tensors[name] for name in op.inputs)
     batch, m, n, k = matmul_dims(operands_of(op, tensors), op.attrs)
-    return MatmulShape(m=m, n=n, k=k, a_bytes=DTYPE_BYTES[a.dtype], b_bytes=DTYPE_BYTES[b.dtype],
-                       out_bytes=DTYPE_BYTES[tensors[op.output].dtype], dtype=a.dtype,
-                       batch=batch, gemms=len(gemms), a_nz=a.layout == "nz",
-                       b_nz=b.layout == "nz", a_transposed=op.attrs.get("transpose_a", False),
-                       b_transposed=op.attrs.get("transpose_b", False))
+    return MatmulShape(
+        m=m,
+        n=n,
+        k=k,
+        a_bytes=DTYPE_BYTES[a.dtype],
+        b_bytes=DTYPE_BYTES[b.dtype],
+        out_bytes=DTYPE_BYTES[tensors[op.output].dtype],
+        dtype=a.dtype,
+        batch=batch,
+        gemms=len(gemms),
+        a_nz=a.layout == "nz",
+        b_nz=b.layout == "nz",
+        a_transposed=op.attrs.get("transpose_a", False),
+        b_transposed=op.attrs.get("transpose_b", False),
+    )
 
 
 def round_up(value: int, multiple: int) -> int:
@@ -125,17 +145,25 @@ def buffer_needs(shape: MatmulShape, t: Tiling) -> dict[str, tuple[int, str]]:
     gemms = f"{g} GEMMs × " if g > 1 else ""
     l1 = (t.base_m * t.base_k * a + g * t.base_k * t.base_n * b) * t.step_k * db
     return {
-        "L0A": (t.base_m * t.base_k * a * db,
-                f"base.m × base.k × {a} B × buffers = {t.base_m} × {t.base_k} × {a} × {db}"),
-        "L0B": (g * t.base_k * t.base_n * b * db,
-                f"{gemms}base.k × base.n × {b} B × buffers = {t.base_k} × {t.base_n} × {b} × "
-                f"{db}"),
-        "L0C": (g * t.base_m * t.base_n * ACCUMULATOR_BYTES * t.l0c_buffers,
-                f"{gemms}base.m × base.n × {ACCUMULATOR_BYTES} B × acc_buffers = {t.base_m} × "
-                f"{t.base_n} × {ACCUMULATOR_BYTES} × {t.l0c_buffers}"),
-        "L1": (l1, f"(base.m × base.k × {a} B + {gemms}base.k × base.n × {b} B) × step.k × "
-                   f"buffers = ({t.base_m} × {t.base_k} × {a} + {g} × {t.base_k} × {t.base_n} × "
-                   f"{b}) × {t.step_k} × {db}"),
+        "L0A": (
+            t.base_m * t.base_k * a * db,
+            f"base.m × base.k × {a} B × buffers = {t.base_m} × {t.base_k} × {a} × {db}",
+        ),
+        "L0B": (
+            g * t.base_k * t.base_n * b * db,
+            f"{gemms}base.k × base.n × {b} B × buffers = {t.base_k} × {t.base_n} × {b} × {db}",
+        ),
+        "L0C": (
+            g * t.base_m * t.base_n * ACCUMULATOR_BYTES * t.l0c_buffers,
+            f"{gemms}base.m × base.n × {ACCUMULATOR_BYTES} B × acc_buffers = {t.base_m} × "
+            f"{t.base_n} × {ACCUMULATOR_BYTES} × {t.l0c_buffers}",
+        ),
+        "L1": (
+            l1,
+            f"(base.m × base.k × {a} B + {gemms}base.k × base.n × {b} B) × step.k × "
+            f"buffers = ({t.base_m} × {t.base_k} × {a} + {g} × {t.base_k} × {t.base_n} × "
+            f"{b}) × {t.step_k} × {db}",
+        ),
     }
 
 
@@ -143,31 +171,46 @@ def check_tiling(shape: MatmulShape, t: Tiling, hw: Hardware, path: str, kernel:
     """Every rule the tiling breaks, as 'path.field: rule (numbers)'."""
     fm, fn, fk = hw.cube.fractal[shape.dtype]
     problems = []
-    for dim, value, frac, total in (("m", t.base_m, fm, shape.m), ("n", t.base_n, fn, shape.n),
-                                    ("k", t.base_k, fk, shape.k)):
+    for dim, value, frac, total in (
+        ("m", t.base_m, fm, shape.m),
+        ("n", t.base_n, fn, shape.n),
+        ("k", t.base_k, fk, shape.k),
+    ):
         if value % frac:
-            problems.append(f"{path}.base.{dim}: {value} is not a multiple of the Cube fractal "
-                            f"{dim}={frac} for {shape.dtype}")
+            problems.append(
+                f"{path}.base.{dim}: {value} is not a multiple of the Cube fractal "
+                f"{dim}={frac} for {shape.dtype}"
+            )
         elif value > round_up(total, frac):
-            problems.append(f"{path}.base.{dim}: {value} is larger than the problem: kernel "
-                            f"'{kernel}' has {dim.upper()}={total} (at most "
-                            f"{round_up(total, frac)} after fractal padding)")
+            problems.append(
+                f"{path}.base.{dim}: {value} is larger than the problem: kernel "
+                f"'{kernel}' has {dim.upper()}={total} (at most "
+                f"{round_up(total, frac)} after fractal padding)"
+            )
     if t.step_k * t.base_k > round_up(shape.k, fk) and t.step_k > 1:
-        problems.append(f"{path}.step.k: step.k × base.k = {t.step_k} × {t.base_k} = "
-                        f"{t.step_k * t.base_k} is larger than K={shape.k} of kernel '{kernel}'")
+        problems.append(
+            f"{path}.step.k: step.k × base.k = {t.step_k} × {t.base_k} = "
+            f"{t.step_k * t.base_k} is larger than K={shape.k} of kernel '{kernel}'"
+        )
     if t.split_b * t.split_m * t.split_n > hw.cores and not t.split_blocks:
-        problems.append(f"{path}.split: split.b × split.m × split.n = {t.split_b} × {t.split_m} "
-                        f"× {t.split_n} = {t.split_b * t.split_m * t.split_n} cores, but "
-                        f"{hw.name} has {hw.cores}")
+        problems.append(
+            f"{path}.split: split.b × split.m × split.n = {t.split_b} × {t.split_m} "
+            f"× {t.split_n} = {t.split_b * t.split_m * t.split_n} cores, but "
+            f"{hw.name} has {hw.cores}"
+        )
     if t.split_b > shape.batch:
-        problems.append(f"{path}.split.b: {t.split_b} is larger than the batch of kernel "
-                        f"'{kernel}' ({shape.batch})")
+        problems.append(
+            f"{path}.split.b: {t.split_b} is larger than the batch of kernel "
+            f"'{kernel}' ({shape.batch})"
+        )
     for buffer, (need, formula) in buffer_needs(shape, t).items():
         capacity = hw.buffer_bytes[buffer]
         if need > capacity:
-            problems.append(f"{path}: does not fit {buffer} for kernel '{kernel}': {formula} = "
-                            f"{need} B ({format_size(need)}) > {buffer} capacity {capacity} B "
-                            f"({format_size(capacity)})")
+            problems.append(
+                f"{path}: does not fit {buffer} for kernel '{kernel}': {formula} = "
+                f"{need} B ({format_size(need)}) > {buffer} capacity {capacity} B "
+                f"({format_size(capacity)})"
+            )
     return problems
 
 
@@ -177,8 +220,12 @@ def resolve_tiling(shape: MatmulShape, spec: TilingSpec, hw: Hardware, kernel: s
     given = {k: v for k, v in asdict(spec).items() if k != "path" and v is not None}
     tiling = Tiling(**{**asdict(derived), **given})
     if tiling.split_blocks:
-        tiling = replace(tiling, split_b=shape.batch, split_m=-(-shape.m // tiling.base_m),
-                         split_n=-(-shape.n // tiling.base_n))
+        tiling = replace(
+            tiling,
+            split_b=shape.batch,
+            split_m=-(-shape.m // tiling.base_m),
+            split_n=-(-shape.n // tiling.base_n),
+        )
     problems = check_tiling(shape, tiling, hw, spec.path or "schedule.tiling", kernel)
     if problems:
         raise TilingError("\n".join(problems))
@@ -202,16 +249,20 @@ def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING
     accumulators = [fixed]
     if fixed.acc_buffers is None and fixed.buffers != 1:
         accumulators.append(replace(fixed, acc_buffers=1))
-    candidates = [_blocks_for(shape, hw, split, spec)
-                  for split in _splits(shape, hw, fm, fn, fixed) for spec in accumulators]
+    candidates = [
+        _blocks_for(shape, hw, split, spec)
+        for split in _splits(shape, hw, fm, fn, fixed)
+        for spec in accumulators
+    ]
     if not candidates:  # a fixed split the shapes cannot use: keep it, the rules say why
         split = (fixed.split_b or 1, fixed.split_m or 1, fixed.split_n or hw.cores)
         return _blocks_for(shape, hw, split, fixed)
     return min(candidates, key=lambda t: (estimate_cycles(shape, hw, t), -t.split_b, t.split_m))
 
 
-def _blocks_for(shape: MatmulShape, hw: Hardware, split: tuple[int, int, int],
-                fixed: TilingSpec) -> Tiling:
+def _blocks_for(
+    shape: MatmulShape, hw: Hardware, split: tuple[int, int, int], fixed: TilingSpec
+) -> Tiling:
     fm, fn, fk = hw.cube.fractal[shape.dtype]
     buffers = fixed.buffers or 2
     acc = fixed.acc_buffers or buffers
@@ -220,11 +271,14 @@ def _blocks_for(shape: MatmulShape, hw: Hardware, split: tuple[int, int, int],
     core_n = single_core_extent(shape.n, split[2], column_align(shape, fn))
     base_m = fixed.base_m or min(core_m, 128)
     base_n = fixed.base_n or min(core_n, 256)
+
     def too_large(base_m: int, base_n: int) -> bool:
         """The blocks overflow L0C, or L0A/L0B even one fractal deep."""
-        return (g * base_m * base_n * ACCUMULATOR_BYTES * acc > hw.buffer_bytes["L0C"]
-                or base_m * fk * shape.a_bytes * buffers > hw.buffer_bytes["L0A"]
-                or g * fk * base_n * shape.b_bytes * buffers > hw.buffer_bytes["L0B"])
+        return (
+            g * base_m * base_n * ACCUMULATOR_BYTES * acc > hw.buffer_bytes["L0C"]
+            or base_m * fk * shape.a_bytes * buffers > hw.buffer_bytes["L0A"]
+            or g * fk * base_n * shape.b_bytes * buffers > hw.buffer_bytes["L0B"]
+        )
 
     while too_large(base_m, base_n):
         if base_n > fn and not fixed.base_n:
@@ -236,20 +290,31 @@ def _blocks_for(shape: MatmulShape, hw: Hardware, split: tuple[int, int, int],
     if fixed.base_k:
         base_k = fixed.base_k
     else:
-        k_room = min(hw.buffer_bytes["L0A"] // (base_m * shape.a_bytes * buffers),
-                     hw.buffer_bytes["L0B"] // (g * base_n * shape.b_bytes * buffers))
+        k_room = min(
+            hw.buffer_bytes["L0A"] // (base_m * shape.a_bytes * buffers),
+            hw.buffer_bytes["L0B"] // (g * base_n * shape.b_bytes * buffers),
+        )
         base_k = max(fk, min(k_room // fk * fk, round_up(shape.k, fk), 256))
     if fixed.step_k:
         step_k = fixed.step_k
     else:
         per_step = (base_m * shape.a_bytes + g * base_n * shape.b_bytes) * base_k * buffers
         step_k = max(1, min(hw.buffer_bytes["L1"] // per_step, round_up(shape.k, fk) // base_k))
-    return Tiling(base_m, base_n, base_k, step_k, fixed.order or "n", buffers, *split,
-                  acc_buffers=fixed.acc_buffers)
+    return Tiling(
+        base_m,
+        base_n,
+        base_k,
+        step_k,
+        fixed.order or "n",
+        buffers,
+        *split,
+        acc_buffers=fixed.acc_buffers,
+    )
 
 
-def _splits(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
-            fixed: TilingSpec = NOTHING_FIXED) -> list[tuple[int, int, int]]:
+def _splits(
+    shape: MatmulShape, hw: Hardware, fm: int, fn: int, fixed: TilingSpec = NOTHING_FIXED
+) -> list[tuple[int, int, int]]:
     """Core splits (honouring fixed fields) whose busiest core has at most 15% more output
     than the best one's."""
     options = []
@@ -266,8 +331,9 @@ def _splits(shape: MatmulShape, hw: Hardware, fm: int, fn: int,
             core_n = single_core_extent(shape.n, split_n, column_align(shape, fn))
             if core_m > round_up(shape.m, fm) or core_n > round_up(shape.n, fn):
                 continue
-            options.append((-(-shape.batch // split_b) * core_m * core_n,
-                            (split_b, split_m, split_n)))
+            options.append(
+                (-(-shape.batch // split_b) * core_m * core_n, (split_b, split_m, split_n))
+            )
     if not options:
         return []
     least = min(work for work, _ in options)
@@ -280,7 +346,7 @@ def multicast_sides(t: Tiling, cluster: int, gemms: int) -> dict[int, int]:
     stage the same B blocks at the same steps, and cores next to each other in the N split
     the same A blocks; a cluster forms along M if the split fills whole clusters, else
     along N."""
-    if cluster == 1 or t.split_blocks:      # dealt blocks: not modelled as clusters
+    if cluster == 1 or t.split_blocks:  # dealt blocks: not modelled as clusters
         return {}
     if t.split_m % cluster == 0:
         return dict.fromkeys(range(1, gemms + 1), cluster)
@@ -289,8 +355,16 @@ def multicast_sides(t: Tiling, cluster: int, gemms: int) -> dict[int, int]:
     return {}
 
 
-def load_packets(rows: int, cols: int, tensor_rows: int, tensor_cols: int,
-                 element_bytes: int, nz: bool, transposed: bool, packet_bytes: int) -> float:
+def load_packets(
+    rows: int,
+    cols: int,
+    tensor_rows: int,
+    tensor_cols: int,
+    element_bytes: int,
+    nz: bool,
+    transposed: bool,
+    packet_bytes: int,
+) -> float:
     """The packets one load of a rows × cols operand block moves as (stored transposed: cols ×
     rows), averaged over the column offsets successive blocks start at."""
     if not packet_bytes:
@@ -298,15 +372,35 @@ def load_packets(rows: int, cols: int, tensor_rows: int, tensor_cols: int,
     if transposed:
         rows, cols, tensor_rows, tensor_cols = cols, rows, tensor_cols, tensor_rows
     rows, cols = min(rows, tensor_rows), min(cols, tensor_cols)
-    blocks = min(-(-tensor_cols // cols), packet_bytes // math.gcd(cols * element_bytes,
-                                                                    packet_bytes))
-    return sum(block_packets(0, rows, j * cols, min((j + 1) * cols, tensor_cols), tensor_rows,
-                             tensor_cols, element_bytes, packet_bytes, nz)
-               for j in range(blocks)) / blocks
+    blocks = min(
+        -(-tensor_cols // cols), packet_bytes // math.gcd(cols * element_bytes, packet_bytes)
+    )
+    return (
+        sum(
+            block_packets(
+                0,
+                rows,
+                j * cols,
+                min((j + 1) * cols, tensor_cols),
+                tensor_rows,
+                tensor_cols,
+                element_bytes,
+                packet_bytes,
+                nz,
+            )
+            for j in range(blocks)
+        )
+        / blocks
+    )
 
 
-def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
-                    epilogue: tuple[str, ...] = (), epilogue_in_registers: bool = False) -> float:
+def estimate_cycles(
+    shape: MatmulShape,
+    hw: Hardware,
+    t: Tiling,
+    epilogue: tuple[str, ...] = (),
+    epilogue_in_registers: bool = False,
+) -> float:
     """The busiest core's time for a tiling, from the same rates the engine uses, with no
     simulation: each pipe's total work, overlapped (buffers 2) or partly serialised
     (buffers 1), plus filling the pipeline; never below the chip's HBM time. `epilogue` lists
@@ -319,16 +413,26 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
     core_m, core_n = min(shape.m, core_m), min(shape.n, core_n)
     m_blocks, n_blocks = -(-core_m // t.base_m), -(-core_n // t.base_n)
     k_blocks = -(-shape.k // t.base_k)
-    waves = t.waves(hw.cores)       # cells the busiest core runs one after another
+    waves = t.waves(hw.cores)  # cells the busiest core runs one after another
     blocks = batch * m_blocks * n_blocks * waves
     rows = min(t.base_m, shape.m)
-    cube = blocks * k_blocks * g * cube_call_cycles(hw.cube, rows, t.base_n, t.base_k,
-                                                    hw.cube.fractal[shape.dtype])
+    cube = (
+        blocks
+        * k_blocks
+        * g
+        * cube_call_cycles(hw.cube, rows, t.base_n, t.base_k, hw.cube.fractal[shape.dtype])
+    )
     mte1_latency, rate_a = _route(hw, "L1", "L0A")
     _, rate_b = _route(hw, "L1", "L0B")
-    mte1 = blocks * k_blocks * (mte1_latency + round_up(rows, fm) * t.base_k * shape.a_bytes
-                                / rate_a + g * (mte1_latency + t.base_k * t.base_n
-                                                * shape.b_bytes / rate_b))
+    mte1 = (
+        blocks
+        * k_blocks
+        * (
+            mte1_latency
+            + round_up(rows, fm) * t.base_k * shape.a_bytes / rate_a
+            + g * (mte1_latency + t.base_k * t.base_n * shape.b_bytes / rate_b)
+        )
+    )
     chunk = min(shape.k, t.base_k * t.step_k)
     chunks = -(-shape.k // chunk)
     a_loads = batch * m_blocks * waves if chunks == 1 and t.order == "n" else blocks * chunks
@@ -336,50 +440,71 @@ def estimate_cycles(shape: MatmulShape, hw: Hardware, t: Tiling,
     a_load_bytes = a_loads * rows * chunk * shape.a_bytes
     b_load_bytes = g * b_loads * chunk * t.base_n * shape.b_bytes
     mte2_bytes = a_load_bytes + b_load_bytes
-    shared = multicast_sides(t, hw.multicast_cores, g)     # a cluster's one read serves all
-    port_share = (multicast_share(a_load_bytes, shared.get(0, 1))
-                  + multicast_share(b_load_bytes, shared.get(1, 1))) / mte2_bytes
+    shared = multicast_sides(t, hw.multicast_cores, g)  # a cluster's one read serves all
+    port_share = (
+        multicast_share(a_load_bytes, shared.get(0, 1))
+        + multicast_share(b_load_bytes, shared.get(1, 1))
+    ) / mte2_bytes
     mte2_latency, path_rate = _route(hw, "HBM", "L1")
     # short or misaligned rows move below the path's rate (cost.shaped_rate)
     packet = hw.engines["MTE2"].packet_bytes
-    a_rate = shaped_rate(path_rate, rows * chunk * shape.a_bytes, load_packets(
-        rows, chunk, shape.m, shape.k, shape.a_bytes, shape.a_nz, shape.a_transposed, packet),
-        packet)
-    b_rate = shaped_rate(path_rate, chunk * t.base_n * shape.b_bytes, load_packets(
-        chunk, t.base_n, shape.k, shape.n, shape.b_bytes, shape.b_nz, shape.b_transposed,
-        packet), packet)
+    a_rate = shaped_rate(
+        path_rate,
+        rows * chunk * shape.a_bytes,
+        load_packets(
+            rows, chunk, shape.m, shape.k, shape.a_bytes, shape.a_nz, shape.a_transposed, packet
+        ),
+        packet,
+    )
+    b_rate = shaped_rate(
+        path_rate,
+        chunk * t.base_n * shape.b_bytes,
+        load_packets(
+            chunk, t.base_n, shape.k, shape.n, shape.b_bytes, shape.b_nz, shape.b_transposed, packet
+        ),
+        packet,
+    )
     mte2_rate = mte2_bytes / (a_load_bytes / a_rate + b_load_bytes / b_rate)
     l2, hbm = hw.memories["L2"], hw.memories["HBM"]
     used = t.cores_used(hw.cores)
     out_bytes = shape.batch * shape.m * shape.n * shape.out_bytes
-    hbm_bytes = _hbm_bytes(shape, hw, *((t.split_m, t.split_n) if t.split_blocks
-                                        else (m_blocks, n_blocks)))
-    miss_bytes = min(mte2_bytes, hbm_bytes / used)           # this core's share of the misses
+    hbm_bytes = _hbm_bytes(
+        shape, hw, *((t.split_m, t.split_n) if t.split_blocks else (m_blocks, n_blocks))
+    )
+    miss_bytes = min(mte2_bytes, hbm_bytes / used)  # this core's share of the misses
     transfers = a_loads + g * b_loads
     miss_transfers = transfers * miss_bytes / mte2_bytes
     # transfers in flight: the engine's queue, or both operands' staged slots if fewer
     in_flight = min(hw.engines["MTE2"].queue_depth, 2 * t.buffers)
     mte2 = queued_transfers_cycles(
-        transfers, mte2_latency + l2.latency_cycles + miss_transfers / transfers
-        * hbm.latency_cycles,
-        (mte2_bytes - miss_bytes) / min(mte2_rate,
-                                        l2.sustained_bytes_per_cycle / used / port_share)
-        + miss_bytes / min(mte2_rate, hbm.sustained_bytes_per_cycle / used), in_flight)
+        transfers,
+        mte2_latency + l2.latency_cycles + miss_transfers / transfers * hbm.latency_cycles,
+        (mte2_bytes - miss_bytes) / min(mte2_rate, l2.sustained_bytes_per_cycle / used / port_share)
+        + miss_bytes / min(mte2_rate, hbm.sustained_bytes_per_cycle / used),
+        in_flight,
+    )
     # an epilogue drains each block to UB, unless it works on the accumulators in place
-    fix_latency, fix_rate = _route(hw, "L0C", "UB" if epilogue and not epilogue_in_registers
-                                   else "HBM")
+    fix_latency, fix_rate = _route(
+        hw, "L0C", "UB" if epilogue and not epilogue_in_registers else "HBM"
+    )
     drain = blocks * g * (fix_latency + rows * t.base_n * shape.out_bytes / fix_rate)
     vector = 0.0
     for cost_class in epilogue:
-        vector += batch * core_m * core_n * 2 * hw.vector.cost_factor[cost_class] \
+        vector += (
+            batch
+            * core_m
+            * core_n
+            * 2
+            * hw.vector.cost_factor[cost_class]
             / hw.vector.bytes_per_cycle
+        )
     stages = [mte2, mte1, cube, drain, vector]
-    if t.l0c_buffers == 1:   # one accumulator: the Cube waits while each block drains
+    if t.l0c_buffers == 1:  # one accumulator: the Cube waits while each block drains
         cube += drain
         stages[2] = cube
-    if t.buffers == 2:       # every stage overlaps the others: the slowest sets the pace
+    if t.buffers == 2:  # every stage overlaps the others: the slowest sets the pace
         steady = max(stages)
-    else:                    # one slot: staging the next chunk waits until MTE1 moved this one
+    else:  # one slot: staging the next chunk waits until MTE1 moved this one
         steady = max(mte2 + mte1, cube + mte1, drain, vector)
     # filling and draining the pipeline: one step of every stage that does not set the pace
     steps = max(1, blocks * chunks)
@@ -394,8 +519,9 @@ def _hbm_bytes(shape: MatmulShape, hw: Hardware, m_blocks: int, n_blocks: int) -
     a_bytes = shape.batch * shape.m * shape.k * shape.a_bytes
     b_bytes = shape.batch * shape.k * shape.n * shape.b_bytes * shape.gemms
     half = hw.memories["L2"].capacity_bytes // 2
-    return (a_bytes * (n_blocks if a_bytes > half else 1)
-            + b_bytes * (m_blocks if b_bytes > half else 1))
+    return a_bytes * (n_blocks if a_bytes > half else 1) + b_bytes * (
+        m_blocks if b_bytes > half else 1
+    )
 
 
 def _route(hw: Hardware, src: str, dst: str) -> tuple[int, float]:

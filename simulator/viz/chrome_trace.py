@@ -16,7 +16,7 @@ from pathlib import Path
 from ..schedule.program import PIPES
 from ..version import format_mark
 
-HBM_BIN_CYCLES = 1000   # HBM bandwidth counter resolution
+HBM_BIN_CYCLES = 1000  # HBM bandwidth counter resolution
 
 
 def chrome_trace_events(report) -> list[dict]:
@@ -24,33 +24,60 @@ def chrome_trace_events(report) -> list[dict]:
         raise ValueError("this report carries no trace (it was loaded from JSON)")
     d = report.data
     us_per_cycle = 1e-3 / d["clock_ghz"]
-    events: list[dict] = [{"ph": "M", "pid": 0, "name": "process_name",
-                           "args": {"name": f"{d['hardware']} chip"}}]
+    events: list[dict] = [
+        {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": f"{d['hardware']} chip"}}
+    ]
     cores = sorted({r.core for r in report.trace.records})
     for core in cores:
-        events.append({"ph": "M", "pid": core + 1, "name": "process_name",
-                       "args": {"name": f"core {core}"}})
-        events.append({"ph": "M", "pid": core + 1, "name": "process_sort_index",
-                       "args": {"sort_index": core + 1}})
+        events.append(
+            {"ph": "M", "pid": core + 1, "name": "process_name", "args": {"name": f"core {core}"}}
+        )
+        events.append(
+            {
+                "ph": "M",
+                "pid": core + 1,
+                "name": "process_sort_index",
+                "args": {"sort_index": core + 1},
+            }
+        )
         for tid, pipe in enumerate(PIPES):
-            events.append({"ph": "M", "pid": core + 1, "tid": tid, "name": "thread_name",
-                           "args": {"name": pipe}})
+            events.append(
+                {
+                    "ph": "M",
+                    "pid": core + 1,
+                    "tid": tid,
+                    "name": "thread_name",
+                    "args": {"name": pipe},
+                }
+            )
     kernel_names = [k["name"] for k in d["kernels"]]
     tid_of = {pipe: tid for tid, pipe in enumerate(PIPES)}
     occupancy: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
     hbm_bins: dict[int, float] = defaultdict(float)
-    lanes: dict[tuple[int, str], list[int]] = defaultdict(list)   # each lane's last end
+    lanes: dict[tuple[int, str], list[int]] = defaultdict(list)  # each lane's last end
     for r in report.trace.records:
         args = {"kernel": kernel_names[r.kernel], "bytes": r.nbytes}
         if r.wait_data_cycles or r.wait_slot_cycles or r.wait_bandwidth_cycles:
-            args.update(wait_data_cycles=r.wait_data_cycles, wait_slot_cycles=r.wait_slot_cycles,
-                        wait_bandwidth_cycles=r.wait_bandwidth_cycles)
+            args.update(
+                wait_data_cycles=r.wait_data_cycles,
+                wait_slot_cycles=r.wait_slot_cycles,
+                wait_bandwidth_cycles=r.wait_bandwidth_cycles,
+            )
         if r.hbm_bytes or r.l2_hit_bytes:
             args.update(hbm_bytes=r.hbm_bytes, l2_hit_bytes=r.l2_hit_bytes)
         tid = tid_of[r.pipe] + len(PIPES) * _lane(lanes[(r.core, r.pipe)], r, events)
-        events.append({"ph": "X", "pid": r.core + 1, "tid": tid, "name": r.label,
-                       "cat": r.pipe, "ts": r.start_cycle * us_per_cycle,
-                       "dur": (r.end_cycle - r.start_cycle) * us_per_cycle, "args": args})
+        events.append(
+            {
+                "ph": "X",
+                "pid": r.core + 1,
+                "tid": tid,
+                "name": r.label,
+                "cat": r.pipe,
+                "ts": r.start_cycle * us_per_cycle,
+                "dur": (r.end_cycle - r.start_cycle) * us_per_cycle,
+                "args": args,
+            }
+        )
         if r.acquire:
             occupancy[(r.core, r.acquire[0])].append((r.start_cycle, r.acquire[1]))
         for buffer, nbytes in r.release:
@@ -61,13 +88,27 @@ def chrome_trace_events(report) -> list[dict]:
         level = 0
         for cycle, delta in sorted(changes):
             level += delta
-            events.append({"ph": "C", "pid": core + 1, "name": f"{buffer} occupancy (B)",
-                           "ts": cycle * us_per_cycle, "args": {"bytes": level}})
+            events.append(
+                {
+                    "ph": "C",
+                    "pid": core + 1,
+                    "name": f"{buffer} occupancy (B)",
+                    "ts": cycle * us_per_cycle,
+                    "args": {"bytes": level},
+                }
+            )
     bytes_per_cycle_to_gbps = d["clock_ghz"]
     for index in range(max(hbm_bins, default=-1) + 2):
         rate = hbm_bins.get(index, 0.0) / HBM_BIN_CYCLES * bytes_per_cycle_to_gbps
-        events.append({"ph": "C", "pid": 0, "name": "HBM bandwidth (GB/s)",
-                       "ts": index * HBM_BIN_CYCLES * us_per_cycle, "args": {"GB/s": rate}})
+        events.append(
+            {
+                "ph": "C",
+                "pid": 0,
+                "name": "HBM bandwidth (GB/s)",
+                "ts": index * HBM_BIN_CYCLES * us_per_cycle,
+                "args": {"GB/s": rate},
+            }
+        )
     return events
 
 
@@ -81,9 +122,15 @@ def _lane(ends: list[int], record, events: list[dict]) -> int:
     ends.append(record.end_cycle)
     lane = len(ends) - 1
     if lane:
-        events.append({"ph": "M", "pid": record.core + 1,
-                       "tid": PIPES.index(record.pipe) + len(PIPES) * lane,
-                       "name": "thread_name", "args": {"name": f"{record.pipe} queue {lane + 1}"}})
+        events.append(
+            {
+                "ph": "M",
+                "pid": record.core + 1,
+                "tid": PIPES.index(record.pipe) + len(PIPES) * lane,
+                "name": "thread_name",
+                "args": {"name": f"{record.pipe} queue {lane + 1}"},
+            }
+        )
     return lane
 
 
@@ -97,8 +144,14 @@ def _spread(bins: dict[int, float], start: int, end: int, nbytes: int) -> None:
 
 
 def write_chrome_trace(report, path: str | Path) -> None:
-    trace = {"otherData": {"format": format_mark("trace"), "workload": report.data["workload"],
-                           "hardware": report.data["hardware"],
-                           "time_unit": "microseconds of simulated time"},
-             "traceEvents": chrome_trace_events(report), "displayTimeUnit": "ns"}
+    trace = {
+        "otherData": {
+            "format": format_mark("trace"),
+            "workload": report.data["workload"],
+            "hardware": report.data["hardware"],
+            "time_unit": "microseconds of simulated time",
+        },
+        "traceEvents": chrome_trace_events(report),
+        "displayTimeUnit": "ns",
+    }
     Path(path).write_text(json.dumps(trace, separators=(",", ":")), encoding="utf-8")

@@ -13,11 +13,20 @@ from matplotlib.patches import Patch
 from ..schedule.program import PIPES
 from ..version import PNG_SOFTWARE
 
-PIPE_COLORS = {"MTE2": "#4C72B0", "MTE1": "#55A868", "CUBE": "#C44E52", "FIXPIPE": "#8172B2",
-               "VECTOR": "#CCB974", "MTE3": "#64B5CD"}
+PIPE_COLORS = {
+    "MTE2": "#4C72B0",
+    "MTE1": "#55A868",
+    "CUBE": "#C44E52",
+    "FIXPIPE": "#8172B2",
+    "VECTOR": "#CCB974",
+    "MTE3": "#64B5CD",
+}
 STALL_COLORS = {"data": "#F2B880", "buffer_slot": "#E07A5F", "shared_bandwidth": "#9E9E9E"}
-STALL_LABELS = {"data": "waiting for data", "buffer_slot": "waiting for a free slot",
-                "shared_bandwidth": "waiting for shared bandwidth"}
+STALL_LABELS = {
+    "data": "waiting for data",
+    "buffer_slot": "waiting for a free slot",
+    "shared_bandwidth": "waiting for shared bandwidth",
+}
 
 
 def _data(report) -> dict:
@@ -39,11 +48,16 @@ def plot_roofline(reports, path=None, labels=None):
     labels = labels or [r["workload"] for r in reports]
     first = reports[0]
     peak, bw = first["peak_tflops"], first["hbm_bandwidth_tbps"]
-    ridge = peak / bw                                  # FLOPs per byte where the roofs meet
+    ridge = peak / bw  # FLOPs per byte where the roofs meet
     fig, ax = plt.subplots(figsize=(7.5, 5))
-    points = [(max(r["flops"], 1) / max(1, r["traffic"]["HBM"]["read_bytes"]
-                                        + r["traffic"]["HBM"]["write_bytes"]),
-               max(r["achieved_tflops"], 1e-6)) for r in reports]
+    points = [
+        (
+            max(r["flops"], 1)
+            / max(1, r["traffic"]["HBM"]["read_bytes"] + r["traffic"]["HBM"]["write_bytes"]),
+            max(r["achieved_tflops"], 1e-6),
+        )
+        for r in reports
+    ]
     kernel_points = []
     for r in reports:
         us = 1e-3 / r["clock_ghz"]
@@ -51,15 +65,22 @@ def plot_roofline(reports, path=None, labels=None):
             t = k["traffic"]["HBM"]
             moved = t["read_bytes"] + t["write_bytes"]
             if k["flops"] and moved and k["cycles"]:
-                kernel_points.append((k["flops"] / moved, k["flops"] / (k["cycles"] * us) / 1e6,
-                                      k["name"]))
+                kernel_points.append(
+                    (k["flops"] / moved, k["flops"] / (k["cycles"] * us) / 1e6, k["name"])
+                )
     xs = [p[0] for p in points + kernel_points] + [ridge]
     lo, hi = min(xs) / 4, max(xs) * 4
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(grid, [min(peak, bw * x) for x in grid], color="black", lw=2, label="roofline")
     ax.axvline(ridge, color="grey", ls="--", lw=1)
-    ax.annotate(f"ridge {ridge:.0f} FLOP/B", (ridge, peak), textcoords="offset points",
-                xytext=(5, -15), fontsize=8, color="grey")
+    ax.annotate(
+        f"ridge {ridge:.0f} FLOP/B",
+        (ridge, peak),
+        textcoords="offset points",
+        xytext=(5, -15),
+        fontsize=8,
+        color="grey",
+    )
     for x, y, name in kernel_points:
         ax.scatter(x, y, s=25, color="#4C72B0", alpha=0.7, zorder=3)
         if len(kernel_points) <= 12:
@@ -67,8 +88,15 @@ def plot_roofline(reports, path=None, labels=None):
     _ceiling_ladder(ax, first, points[0][0])
     star_colors = ("#C44E52", "#DD8452", "#8172B2", "#55A868", "#937860", "#DA8BC3")
     for index, ((x, y), label) in enumerate(zip(points, labels)):
-        ax.scatter(x, y, s=140, marker="*", color=star_colors[index % len(star_colors)],
-                   zorder=4, label=label)
+        ax.scatter(
+            x,
+            y,
+            s=140,
+            marker="*",
+            color=star_colors[index % len(star_colors)],
+            zorder=4,
+            label=label,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per HBM byte)")
@@ -77,7 +105,6 @@ def plot_roofline(reports, path=None, labels=None):
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
     return _finish(fig, path)
-
 
 
 def _ceiling_ladder(ax, report: dict, x: float) -> None:
@@ -90,11 +117,24 @@ def _ceiling_ladder(ax, report: dict, x: float) -> None:
             continue
         cap = report["flops"] / (cycles * us) / 1e6
         binding = name == report.get("binding")
-        ax.plot([x / 2.5, x * 2.5], [cap, cap], color="#C44E52" if binding else "grey",
-                lw=2 if binding else 1, ls="-" if binding else ":", zorder=2)
-        ax.annotate(name + (" (binds)" if binding else ""), (x * 2.5, cap), fontsize=7,
-                    color="#C44E52" if binding else "grey", va="center",
-                    textcoords="offset points", xytext=(3, 0))
+        ax.plot(
+            [x / 2.5, x * 2.5],
+            [cap, cap],
+            color="#C44E52" if binding else "grey",
+            lw=2 if binding else 1,
+            ls="-" if binding else ":",
+            zorder=2,
+        )
+        ax.annotate(
+            name + (" (binds)" if binding else ""),
+            (x * 2.5, cap),
+            fontsize=7,
+            color="#C44E52" if binding else "grey",
+            va="center",
+            textcoords="offset points",
+            xytext=(3, 0),
+        )
+
 
 def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
     """One row per pipe of each chosen core: busy slices in the pipe's colour, the wait before
@@ -119,7 +159,8 @@ def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
                 t -= cycles
         if r.wait_bandwidth_cycles:
             waits[(row, "shared_bandwidth")].append(
-                ((r.end_cycle - r.wait_bandwidth_cycles) * us, r.wait_bandwidth_cycles * us))
+                ((r.end_cycle - r.wait_bandwidth_cycles) * us, r.wait_bandwidth_cycles * us)
+            )
     fig, ax = plt.subplots(figsize=(11, 0.32 * len(rows) + 1.6))
     for y, row in enumerate(rows):
         for cause, color in STALL_COLORS.items():
@@ -133,9 +174,13 @@ def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
     ax.set_xlim(start * us, end * us)
     ax.set_xlabel("time (µs)")
     ax.set_title(f"{d['workload']}: timeline of cores {', '.join(map(str, cores))}")
-    ax.legend(handles=[Patch(color=c, alpha=0.6, label=STALL_LABELS[k])
-                       for k, c in STALL_COLORS.items()], fontsize=7, loc="upper center",
-              bbox_to_anchor=(0.5, -0.28), ncol=3)
+    ax.legend(
+        handles=[Patch(color=c, alpha=0.6, label=STALL_LABELS[k]) for k, c in STALL_COLORS.items()],
+        fontsize=7,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.28),
+        ncol=3,
+    )
     return _finish(fig, path)
 
 
@@ -198,11 +243,20 @@ def plot_sweep(rows: list[dict], fields: list[str], metric: str = "time_us", pat
         fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
         good.sort(key=lambda r: _order(r[field]))
         xs = [r[field] for r in good]
-        left.plot(range(len(xs)) if not _numeric(xs) else xs, [r[metric] for r in good],
-                  color="black", lw=1, zorder=1)
+        left.plot(
+            range(len(xs)) if not _numeric(xs) else xs,
+            [r[metric] for r in good],
+            color="black",
+            lw=1,
+            zorder=1,
+        )
         for i, r in enumerate(good):
-            left.scatter(r[field] if _numeric(xs) else i, r[metric], zorder=2,
-                         color=BOUND_COLORS.get(r["bound"], "black"))
+            left.scatter(
+                r[field] if _numeric(xs) else i,
+                r[metric],
+                zorder=2,
+                color=BOUND_COLORS.get(r["bound"], "black"),
+            )
         if xs and _numeric(xs) and min(xs) > 0 and max(xs) / min(xs) >= 16:
             left.set_xscale("log", base=2)
         if not _numeric(xs):
@@ -211,8 +265,10 @@ def plot_sweep(rows: list[dict], fields: list[str], metric: str = "time_us", pat
         left.set_xlabel(field)
         left.set_ylabel(metric)
         left.grid(True, alpha=0.3)
-        left.legend(handles=[Patch(color=c, label=f"{b}-bound") for b, c in BOUND_COLORS.items()],
-                    fontsize=7)
+        left.legend(
+            handles=[Patch(color=c, label=f"{b}-bound") for b, c in BOUND_COLORS.items()],
+            fontsize=7,
+        )
         illegal = [r for r in rows if r.get("error")]
         if illegal:
             left.set_title(f"{len(illegal)} illegal point(s) not shown", fontsize=8)
@@ -236,17 +292,31 @@ def plot_sweep(rows: list[dict], fields: list[str], metric: str = "time_us", pat
         for j in range(len(ys)):
             for i in range(len(xs)):
                 value = grid[j][i]
-                ax.text(i, j, "×" if value != value else f"{value:.3g}", ha="center",
-                        va="center", fontsize=7, color="#C44E52" if value != value else "white")
+                ax.text(
+                    i,
+                    j,
+                    "×" if value != value else f"{value:.3g}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="#C44E52" if value != value else "white",
+                )
         ax.set_title(f"{metric} over {fx} × {fy} (× = illegal)")
     return _finish(fig, path)
 
 
 def _sweep_roofline(ax, rows: list[dict], field: str) -> None:
     rows = [r for r in rows if r["arithmetic_intensity"] > 0 and r["achieved_tflops"] > 0]
-    if not rows:            # no point does any FLOPs (only casts, say): none has a place
-        ax.text(0.5, 0.5, "no point does FLOPs:\nnothing to place on the roofline",
-                ha="center", va="center", transform=ax.transAxes, color="grey")
+    if not rows:  # no point does any FLOPs (only casts, say): none has a place
+        ax.text(
+            0.5,
+            0.5,
+            "no point does FLOPs:\nnothing to place on the roofline",
+            ha="center",
+            va="center",
+            transform=ax.transAxes,
+            color="grey",
+        )
         return
     peak, bw = rows[0]["peak_tflops"], rows[0]["hbm_bandwidth_tbps"]
     ridge = peak / bw
@@ -255,13 +325,28 @@ def _sweep_roofline(ax, rows: list[dict], field: str) -> None:
     grid = [lo * (hi / lo) ** (i / 200) for i in range(201)]
     ax.plot(grid, [min(peak, bw * x) for x in grid], color="black", lw=2)
     ax.axvline(ridge, color="grey", ls="--", lw=1)
-    ax.annotate(f"ridge = peak / HBM = {ridge:.0f} FLOP/B", (ridge, peak),
-                textcoords="offset points", xytext=(-150, 8), fontsize=8, color="grey")
+    ax.annotate(
+        f"ridge = peak / HBM = {ridge:.0f} FLOP/B",
+        (ridge, peak),
+        textcoords="offset points",
+        xytext=(-150, 8),
+        fontsize=8,
+        color="grey",
+    )
     for r in rows:
-        ax.scatter(r["arithmetic_intensity"], r["achieved_tflops"], zorder=3,
-                   color=BOUND_COLORS.get(r["bound"], "black"))
-        ax.annotate(str(r[field]), (r["arithmetic_intensity"], r["achieved_tflops"]),
-                    textcoords="offset points", xytext=(4, -10), fontsize=7)
+        ax.scatter(
+            r["arithmetic_intensity"],
+            r["achieved_tflops"],
+            zorder=3,
+            color=BOUND_COLORS.get(r["bound"], "black"),
+        )
+        ax.annotate(
+            str(r[field]),
+            (r["arithmetic_intensity"], r["achieved_tflops"]),
+            textcoords="offset points",
+            xytext=(4, -10),
+            fontsize=7,
+        )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity (FLOPs per HBM byte)")
@@ -289,10 +374,12 @@ def write_plots(report, directory, save: Callable | None = None) -> list[Path]:
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     cores = sorted({r.core for r in report.trace.records})[:2] if report.trace else (0,)
-    draws = (lambda path: plot_roofline(report, path),
-             lambda path: plot_timeline(report, path, cores=tuple(cores)),
-             lambda path: plot_traffic({report.data["workload"]: report}, path),
-             lambda path: plot_utilization(report, path))
+    draws = (
+        lambda path: plot_roofline(report, path),
+        lambda path: plot_timeline(report, path, cores=tuple(cores)),
+        lambda path: plot_traffic({report.data["workload"]: report}, path),
+        lambda path: plot_utilization(report, path),
+    )
     paths = [directory / name for name in PLOT_FILES]
     for path, draw in zip(paths, draws):
         (save or (lambda path, draw: draw(path)))(path, draw)

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from ..units import format_bytes_decimal as fmt_bytes
 
-STALL_LABELS = {"data": "wait data", "buffer_slot": "wait slot",
-                "shared_bandwidth": "wait bandwidth"}
+STALL_LABELS = {
+    "data": "wait data",
+    "buffer_slot": "wait slot",
+    "shared_bandwidth": "wait bandwidth",
+}
 
 
 def _bar(fraction: float, width: int = 20) -> str:
@@ -50,42 +53,68 @@ def render_report(report) -> str:
         if level == "L2":
             global_read = t["read_bytes"] + d["traffic"]["HBM"]["read_bytes"]
             lookups = t["hits"] + t["misses"]
-            extra = (f"   {t['read_bytes'] / global_read * 100:.1f}% of global reads hit "
-                     f"({t['hits']:,} of {lookups:,} lookups)" if global_read else "")
-        lines.append(f"  {level:<6} {fmt_bytes(t['read_bytes']):>11}  "
-                     f"{fmt_bytes(t['write_bytes']):>11}{extra}")
+            extra = (
+                f"   {t['read_bytes'] / global_read * 100:.1f}% of global reads hit "
+                f"({t['hits']:,} of {lookups:,} lookups)"
+                if global_read
+                else ""
+            )
+        lines.append(
+            f"  {level:<6} {fmt_bytes(t['read_bytes']):>11}  "
+            f"{fmt_bytes(t['write_bytes']):>11}{extra}"
+        )
     roles: dict[str, list[int]] = {}
     for t in d["tensors"].values():
         acc = roles.setdefault(t["role"], [0, 0, 0, 0])
         for i, key in enumerate(("bytes", "hbm_read_bytes", "l2_read_bytes", "hbm_write_bytes")):
             acc[i] += t[key]
     lines += ["", "  by tensor role     size    HBM read     L2 read   HBM write"]
-    for role in ("weight", "cache", "activation", "viewed", "intermediate", "view", "on_chip",
-                 "output"):
+    for role in (
+        "weight",
+        "cache",
+        "activation",
+        "viewed",
+        "intermediate",
+        "view",
+        "on_chip",
+        "output",
+    ):
         if role in roles:
             size, hbm_read, l2_read, hbm_write = roles[role]
-            lines.append(f"  {role:<12}{fmt_bytes(size):>11}{fmt_bytes(hbm_read):>12}"
-                         f"{fmt_bytes(l2_read):>12}{fmt_bytes(hbm_write):>12}")
+            lines.append(
+                f"  {role:<12}{fmt_bytes(size):>11}{fmt_bytes(hbm_read):>12}"
+                f"{fmt_bytes(l2_read):>12}{fmt_bytes(hbm_write):>12}"
+            )
     lines += ["", "  utilization (busy fraction, averaged over the chip's cores)"]
     for unit, fraction in d["utilization"].items():
         lines.append(f"  {unit:<8} {_bar(fraction)} {_pct(fraction)}")
     core_cycles = cycles * d["cores"]
-    lines += ["", f"  {'stalls (share of all core-cycles)':<40}" + "".join(
-        f"{label:>16}" for label in STALL_LABELS.values())]
+    lines += [
+        "",
+        f"  {'stalls (share of all core-cycles)':<40}"
+        + "".join(f"{label:>16}" for label in STALL_LABELS.values()),
+    ]
     for pipe, causes in d["stalls"].items():
         if any(causes.values()):
-            lines.append(f"  {pipe:<40}" + "".join(
-                f"{_pct(causes[c] / core_cycles):>16}" for c in STALL_LABELS))
+            lines.append(
+                f"  {pipe:<40}"
+                + "".join(f"{_pct(causes[c] / core_cycles):>16}" for c in STALL_LABELS)
+            )
     width = max(10, *(len(k["name"]) + 2 for k in d["kernels"]))
-    lines += ["", f"  {'kernel':<{width}}{'unit':<8}{'µs':>10}{'roofline µs':>13}"
-                  f"  {'bound by':<9}{'HBM read':>10}{'HBM write':>12}  tiling"]
+    lines += [
+        "",
+        f"  {'kernel':<{width}}{'unit':<8}{'µs':>10}{'roofline µs':>13}"
+        f"  {'bound by':<9}{'HBM read':>10}{'HBM write':>12}  tiling",
+    ]
     for k in d["kernels"]:
         bound_by = k["binding"] if k["bound"] != "latency" else "latency"
-        lines.append(f"  {k['name']:<{width}}{k['unit']:<8}{k['cycles'] * us:>10,.2f}"
-                     f"{k['roofline_cycles'] * us:>13,.2f}  {bound_by:<9}"
-                     f"{fmt_bytes(k['traffic']['HBM']['read_bytes']):>10}"
-                     f"{fmt_bytes(k['traffic']['HBM']['write_bytes']):>12}  "
-                     f"{describe_tiling(k['tiling'])}")
+        lines.append(
+            f"  {k['name']:<{width}}{k['unit']:<8}{k['cycles'] * us:>10,.2f}"
+            f"{k['roofline_cycles'] * us:>13,.2f}  {bound_by:<9}"
+            f"{fmt_bytes(k['traffic']['HBM']['read_bytes']):>10}"
+            f"{fmt_bytes(k['traffic']['HBM']['write_bytes']):>12}  "
+            f"{describe_tiling(k['tiling'])}"
+        )
     lines += ["", *explain(d)]
     return "\n".join(lines)
 
@@ -97,10 +126,12 @@ def describe_tiling(t: dict | None) -> str:
     cores = "x".join(str(split[d]) for d in ("b", "m", "n") if d != "b" or split[d] > 1)
     if split.get("blocks"):
         cores = f"blocks {cores}"
-    return (f"base {t['base']['m']}x{t['base']['n']}x{t['base']['k']} step.k {t['step']['k']} "
-            f"order {t['order']} buffers {t['buffers']}"
-            + (f" acc {t['acc_buffers']}" if t.get("acc_buffers", t["buffers"]) != t["buffers"]
-               else "") + f" split {cores}")
+    return (
+        f"base {t['base']['m']}x{t['base']['n']}x{t['base']['k']} step.k {t['step']['k']} "
+        f"order {t['order']} buffers {t['buffers']}"
+        + (f" acc {t['acc_buffers']}" if t.get("acc_buffers", t["buffers"]) != t["buffers"] else "")
+        + f" split {cores}"
+    )
 
 
 def explain(d: dict) -> list[str]:
@@ -114,49 +145,70 @@ def explain(d: dict) -> list[str]:
     nearest = roof.get("ceiling_cycles", {}).get(binding, 0.0)
     if d["bound"] == "memory" and binding != "hbm":
         what = "L2" if binding == "l2" else binding
-        moved = ("serving L2 hits and fills at L2's peak bandwidth" if binding == "l2" else
-                 f"moving its bytes at its own path rates on all {d['cores']} cores")
-        out.append(f"Why: memory-bound, by {what}: {moved} takes at least "
-                   f"{nearest * us:,.1f} µs ({nearest / d['cycles'] * 100:.0f}% of the run), "
-                   f"more than the Cube's {roof['compute_cycles'] * us:,.1f} µs or HBM's "
-                   f"{roof['ceiling_cycles']['hbm'] * us:,.1f} µs for the bytes it served.")
+        moved = (
+            "serving L2 hits and fills at L2's peak bandwidth"
+            if binding == "l2"
+            else f"moving its bytes at its own path rates on all {d['cores']} cores"
+        )
+        out.append(
+            f"Why: memory-bound, by {what}: {moved} takes at least "
+            f"{nearest * us:,.1f} µs ({nearest / d['cycles'] * 100:.0f}% of the run), "
+            f"more than the Cube's {roof['compute_cycles'] * us:,.1f} µs or HBM's "
+            f"{roof['ceiling_cycles']['hbm'] * us:,.1f} µs for the bytes it served."
+        )
         if binding in ("MTE2", "l2"):
             served = d["traffic"]["L2"]["read_bytes"], d["traffic"]["HBM"]["read_bytes"]
-            out.append(f"     Each operand block is fetched again for every block it meets, "
-                       f"so larger base blocks move fewer bytes (L2 served "
-                       f"{fmt_bytes(served[0])}, HBM {fmt_bytes(served[1])}).")
+            out.append(
+                f"     Each operand block is fetched again for every block it meets, "
+                f"so larger base blocks move fewer bytes (L2 served "
+                f"{fmt_bytes(served[0])}, HBM {fmt_bytes(served[1])})."
+            )
     elif d["bound"] == "memory":
         by_role: dict[str, int] = {}
         for t in d["tensors"].values():
             by_role[t["role"]] = by_role.get(t["role"], 0) + t["hbm_read_bytes"]
-        big = [f"{role}s {fmt_bytes(n)}" for role, n in sorted(by_role.items(), key=lambda i: -i[1])
-               if n >= 0.1 * roof["compulsory_hbm_bytes"]]
-        out.append(f"Why: memory-bound. Moving {fmt_bytes(roof['compulsory_hbm_bytes'])} over HBM "
-                   f"({', '.join(big)}) takes at least {roof['memory_cycles'] * us:,.1f} µs "
-                   f"at peak, while the Cube's work needs only "
-                   f"{roof['compute_cycles'] * us:,.1f} µs.")
-        out.append(f"     The Cube is busy {util['cube'] * 100:.1f}% of the time and does useful "
-                   f"MACs {d['mac_utilization'] * 100:.2f}% of the time (rows padded to the "
-                   "fractal count as busy); MTE2 spends "
-                   f"{_busy_share(stalls['MTE2']['shared_bandwidth'], 'MTE2', d)} of its busy "
-                   "time waiting for its share of HBM.")
+        big = [
+            f"{role}s {fmt_bytes(n)}"
+            for role, n in sorted(by_role.items(), key=lambda i: -i[1])
+            if n >= 0.1 * roof["compulsory_hbm_bytes"]
+        ]
+        out.append(
+            f"Why: memory-bound. Moving {fmt_bytes(roof['compulsory_hbm_bytes'])} over HBM "
+            f"({', '.join(big)}) takes at least {roof['memory_cycles'] * us:,.1f} µs "
+            f"at peak, while the Cube's work needs only "
+            f"{roof['compute_cycles'] * us:,.1f} µs."
+        )
+        out.append(
+            f"     The Cube is busy {util['cube'] * 100:.1f}% of the time and does useful "
+            f"MACs {d['mac_utilization'] * 100:.2f}% of the time (rows padded to the "
+            "fractal count as busy); MTE2 spends "
+            f"{_busy_share(stalls['MTE2']['shared_bandwidth'], 'MTE2', d)} of its busy "
+            "time waiting for its share of HBM."
+        )
     elif d["bound"] == "compute":
+
         def share(pipe: str, cause: str) -> str:
             return _pct(stalls[pipe][cause] / (d["cycles"] * d["cores"])).strip()
 
         vector_us = sum(k["cycles"] for k in d["kernels"] if k["unit"] == "vector") * us
-        out.append(f"Why: compute-bound. The Cube is busy {util['cube'] * 100:.1f}% of the time "
-                   f"({d['mac_utilization'] * 100:.1f}% of peak MACs).")
-        out.append(f"     The rest: the Cube waits for operands in L0A/L0B {share('CUBE', 'data')} "
-                   f"of the time (MTE1 waits for L1 data {share('MTE1', 'data')}, MTE2 for its "
-                   f"share of HBM/L2 {share('MTE2', 'shared_bandwidth')}); vector kernels "
-                   f"take {vector_us:,.1f} µs and launches "
-                   f"{d['launch_overhead_cycles'] * us:,.1f} µs during which the Cube is idle.")
+        out.append(
+            f"Why: compute-bound. The Cube is busy {util['cube'] * 100:.1f}% of the time "
+            f"({d['mac_utilization'] * 100:.1f}% of peak MACs)."
+        )
+        out.append(
+            f"     The rest: the Cube waits for operands in L0A/L0B {share('CUBE', 'data')} "
+            f"of the time (MTE1 waits for L1 data {share('MTE1', 'data')}, MTE2 for its "
+            f"share of HBM/L2 {share('MTE2', 'shared_bandwidth')}); vector kernels "
+            f"take {vector_us:,.1f} µs and launches "
+            f"{d['launch_overhead_cycles'] * us:,.1f} µs during which the Cube is idle."
+        )
     else:
-        out.append("Why: latency-bound. No unit, memory or engine is near its peak (the "
-                   f"nearest, {binding}, needs {nearest / d['cycles'] * 100:.0f}% of the run): "
-                   f"fixed costs (launches {d['launch_overhead_cycles']:,} cycles, DMA start-up, "
-                   "pipeline fill) dominate.")
+        out.append(
+            "Why: latency-bound. No unit, memory or engine is near its peak (the "
+            f"nearest, {binding}, needs {nearest / d['cycles'] * 100:.0f}% of the run): "
+            f"fixed costs (launches {d['launch_overhead_cycles']:,} cycles, DMA start-up, "
+            "pipeline fill) dominate."
+        )
     out.append(f"     Simulated time is {1 / roof['efficiency']:.2f}x the roofline bound.")
     return out
 
