@@ -86,6 +86,10 @@ class Vector:
 
 @dataclass(frozen=True)
 class Hardware:
+    """A chip as the model needs it, every figure resolved to bytes and cycles once at load,
+    so no later layer converts units or guesses a default. Presets are data (hw_models/*.yaml,
+    each figure cited or marked as an assumption); this is their checked, frozen form."""
+
     name: str
     source: str
     clock_hz: float

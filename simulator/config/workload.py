@@ -85,6 +85,10 @@ class TilingSpec:
 
 @dataclass(frozen=True)
 class Workload:
+    """A workload file bound to its hardware, checked through and frozen: params evaluated,
+    every tensor's shape and dtype known, ops in dataflow order. Everything downstream trusts
+    it, so every mistake is refused here, with its field path."""
+
     name: str
     source: str
     hardware: Hardware

@@ -56,6 +56,12 @@ class _Line:
 
 
 class L2Cache:
+    """The chip's L2 as an LRU cache of tensor regions, not of addresses: the model knows
+    tiles, not pointers, so it looks regions up per granule of a tensor's rows (bytes are
+    counted per cell).
+    That is what lets a decode kernel find the previous kernel's output still on chip, and a
+    prefill kernel find it evicted, without simulating lines."""
+
     def __init__(self, capacity_bytes: int, geometry: dict[str, tuple[int, int, int]]):
         self.capacity_bytes = capacity_bytes
         self.geometry = geometry

@@ -107,6 +107,9 @@ class KernelSpan:
 
 @dataclass(frozen=True)
 class Trace:
+    """Everything a run did, kept as compact per-pipe logs rather than records: the analysis
+    reads columns of them, and only plots and Chrome traces ask for full records."""
+
     pipes: list[PipeLog]  # by kernel, core, pipe
     kernels: list[KernelSpan]
     cycles: int

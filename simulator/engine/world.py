@@ -128,6 +128,11 @@ class _CoreState:
 
 
 class World:
+    """One run of a Program on a Hardware, on one SimPy clock. It exists so that only what
+    cores share (HBM, L2, kernel launches) waits on that clock: each pipe times its own
+    on-chip work directly and joins the clock only for global transfers and flags nobody
+    has set yet, which is what makes the engine fast and the reference twin comparable."""
+
     def __init__(self, program: Program, hw: Hardware, env: simpy.Environment | None = None):
         self.program = program
         self.hw = hw

@@ -47,6 +47,10 @@ class MatmulShape:
 
 @dataclass(frozen=True)
 class Tiling:
+    """One kernel's tiling with every field decided: what the file fixed, the rest derived.
+    Kept apart from TilingSpec (what the file said) so that the lowering, the estimate and
+    the tuner all work from the same complete, legal answer."""
+
     base_m: int
     base_n: int
     base_k: int
