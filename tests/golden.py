@@ -34,7 +34,8 @@ def report_of(workload: str, chip: str) -> dict:
         loaded = load_workload(ROOT / "workloads" / f"{workload}.yaml", [f"hardware={chip}"])
         report = simulate(loaded).to_dict()
     except SimulatorError as exc:
-        return {"refused": str(exc).splitlines()[0]}
+        # the message names the file: relative to the checkout, wherever that is
+        return {"refused": str(exc).splitlines()[0].replace(f"{ROOT}/", "")}
     for key in UNSTABLE_PROVENANCE:
         report["provenance"].pop(key, None)
     return json.loads(json.dumps(report))  # as its file reads back: lists, string keys

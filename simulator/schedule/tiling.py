@@ -25,6 +25,7 @@ from ..cost import (
     shaped_rate,
 )
 from ..errors import TilingError
+from ..ops import DTYPE_BYTES, matmul_dims, operands_of
 from ..units import format_size
 
 
@@ -106,8 +107,6 @@ class Tiling:
 
 def gemm_shape(gemms: list, tensors: dict) -> MatmulShape:
     """The shape of a kernel's GEMMs (two only when they share A and have equal shapes)."""
-    from ..ops import DTYPE_BYTES, matmul_dims, operands_of
-
     op = gemms[0]
     a, b = (tensors[name] for name in op.inputs)
     batch, m, n, k = matmul_dims(operands_of(op, tensors), op.attrs)
