@@ -20,6 +20,7 @@ import yaml
 from .config.strict import YamlLimitError, parse_yaml
 from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, check_count, quote
 from .schedule.program import UTILIZATION_KEYS
+from .units import us_per_cycle
 
 # Report figures that become columns of a sweep row, flattened to one level.
 METRICS = (
@@ -175,7 +176,7 @@ def row_of(point: dict[str, Any], report: dict | None, error: str = "") -> dict[
     row.update(point, error=error)
     if report is None:
         return row
-    us = 1e-3 / report["clock_ghz"]
+    us = us_per_cycle(report["clock_ghz"])
     roof = report["roofline"]
     hbm = report["traffic"]["HBM"]
     moved = hbm["read_bytes"] + hbm["write_bytes"]

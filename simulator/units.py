@@ -131,3 +131,9 @@ def format_size(nbytes: float) -> str:
 def format_bytes_decimal(nbytes: float) -> str:
     """Bytes in decimal prefixes, as traffic and bandwidth are quoted: 270532608 -> '270.5 MB'."""
     return _format_bytes(nbytes, 1000, ("B", "KB", "MB", "GB"))
+
+
+def us_per_cycle(clock_ghz: float) -> float:
+    """Microseconds per cycle of a clock of `clock_ghz`: the one conversion from a report's
+    cycles to the time its readers see (tables, plots, traces, sweep rows)."""
+    return 1e-3 / clock_ghz

@@ -14,6 +14,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from ..schedule.program import PIPES
+from ..units import us_per_cycle
 from ..version import format_mark
 
 HBM_BIN_CYCLES = 1000  # HBM bandwidth counter resolution
@@ -23,7 +24,7 @@ def chrome_trace_events(report) -> list[dict]:
     if report.trace is None:
         raise ValueError("this report carries no trace (it was loaded from JSON)")
     d = report.data
-    us_per_cycle = 1e-3 / d["clock_ghz"]
+    us = us_per_cycle(d["clock_ghz"])
     events: list[dict] = [
         {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": f"{d['hardware']} chip"}}
     ]
@@ -73,8 +74,8 @@ def chrome_trace_events(report) -> list[dict]:
                 "tid": tid,
                 "name": r.label,
                 "cat": r.pipe,
-                "ts": r.start_cycle * us_per_cycle,
-                "dur": (r.end_cycle - r.start_cycle) * us_per_cycle,
+                "ts": r.start_cycle * us,
+                "dur": (r.end_cycle - r.start_cycle) * us,
                 "args": args,
             }
         )
@@ -93,7 +94,7 @@ def chrome_trace_events(report) -> list[dict]:
                     "ph": "C",
                     "pid": core + 1,
                     "name": f"{buffer} occupancy (B)",
-                    "ts": cycle * us_per_cycle,
+                    "ts": cycle * us,
                     "args": {"bytes": level},
                 }
             )
@@ -105,7 +106,7 @@ def chrome_trace_events(report) -> list[dict]:
                 "ph": "C",
                 "pid": 0,
                 "name": "HBM bandwidth (GB/s)",
-                "ts": index * HBM_BIN_CYCLES * us_per_cycle,
+                "ts": index * HBM_BIN_CYCLES * us,
                 "args": {"GB/s": rate},
             }
         )

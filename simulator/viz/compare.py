@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..units import format_bytes_decimal as fmt_bytes
+from ..units import us_per_cycle
 
 
 def render_plan(workload, plan) -> str:
@@ -36,7 +37,7 @@ def render_compare(result: dict) -> str:
     labels = [r["label"] for r in rows]
     width = max(14, *(len(label) + 2 for label in labels))
     reports = [r["report"] for r in rows]
-    us = [1e-3 / rep["clock_ghz"] for rep in reports]
+    us = [us_per_cycle(rep["clock_ghz"]) for rep in reports]
 
     def line(name: str, cells: list[str]) -> str:
         return f"  {name:<28}" + "".join(f"{cell:>{width}}" for cell in cells)

@@ -11,6 +11,7 @@ import matplotlib.pyplot as plt
 from matplotlib.patches import Patch
 
 from ..schedule.program import PIPES
+from ..units import us_per_cycle
 from ..version import PNG_SOFTWARE
 
 PIPE_COLORS = {
@@ -60,7 +61,7 @@ def plot_roofline(reports, path=None, labels=None):
     ]
     kernel_points = []
     for r in reports:
-        us = 1e-3 / r["clock_ghz"]
+        us = us_per_cycle(r["clock_ghz"])
         for k in r["kernels"]:
             t = k["traffic"]["HBM"]
             moved = t["read_bytes"] + t["write_bytes"]
@@ -111,7 +112,7 @@ def _ceiling_ladder(ax, report: dict, x: float) -> None:
     """The run's ceilings as the TFLOPS each would allow it alone (its FLOPs over the
     ceiling's time): short bars over the run's star; the lowest is the binding one."""
     ceilings = report["roofline"].get("ceiling_cycles", {})
-    us = 1e-3 / report["clock_ghz"]
+    us = us_per_cycle(report["clock_ghz"])
     for name, cycles in ceilings.items():
         if not cycles or not report["flops"] or name == "launch":
             continue
@@ -142,7 +143,7 @@ def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
     if report.trace is None:
         raise ValueError("this report carries no trace (it was loaded from JSON)")
     d = report.data
-    us = 1e-3 / d["clock_ghz"]
+    us = us_per_cycle(d["clock_ghz"])
     start, end = window_cycles or (0, d["cycles"])
     rows = [(core, pipe) for core in cores for pipe in PIPES]
     busy = {row: [] for row in rows}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..units import format_bytes_decimal as fmt_bytes
+from ..units import us_per_cycle
 
 STALL_LABELS = {
     "data": "wait data",
@@ -26,7 +27,7 @@ def render_report(report) -> str:
     d = report.to_dict()
     cycles = d["cycles"]
     roof = d["roofline"]
-    us = 1e-3 / d["clock_ghz"]  # µs per cycle
+    us = us_per_cycle(d["clock_ghz"])  # µs per cycle
     footprint = d["memory_footprint"]
     lines = [
         f"{d['workload']} on {d['hardware']}: {len(d['kernels'])} kernels, "
@@ -137,7 +138,7 @@ def describe_tiling(t: dict | None) -> str:
 def explain(d: dict) -> list[str]:
     """A few sentences, all computed from the report, that say why the time is what it is."""
     util = d["utilization"]
-    us = 1e-3 / d["clock_ghz"]
+    us = us_per_cycle(d["clock_ghz"])
     roof = d["roofline"]
     stalls = d["stalls"]
     out = []
