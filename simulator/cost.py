@@ -129,7 +129,7 @@ def strided_read_factor(step: int, element_bytes: int) -> int:
     return max(1, min(step, SECTOR_BYTES // element_bytes))
 
 
-def shaped_rate(bytes_per_cycle: float, nbytes: int, packets: int, packet_bytes: int) -> float:
+def shaped_rate(bytes_per_cycle: float, nbytes: int, packets: float, packet_bytes: int) -> float:
     """A global transfer's rate on its engine: the path's, unless its packets, each taking a
     whole packet's time, come to more than its bytes."""
     if not packet_bytes or not nbytes:

@@ -25,6 +25,7 @@ import re
 import stat
 import struct
 import tempfile
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -90,7 +91,7 @@ def check_output(out: Output, force: bool) -> None:
 
 
 def check_plot_folder(
-    option: str, folder: Path, names: tuple[str, ...], force: bool, others: list[Output] = ()
+    option: str, folder: Path, names: tuple[str, ...], force: bool, others: Sequence[Output] = ()
 ) -> None:
     """`run --plot DIR`: the folder may exist or be created in an existing parent; each PNG
     it would hold is checked as an output of its own. It may not be the file of `others`."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .analysis.report import analyse
 from .config.workload import Workload
 from .engine.world import simulate_program
@@ -64,7 +66,7 @@ def plan(workload: Workload):
 def compare(
     path: str,
     variants: list[tuple[str, list[str]]],
-    common: list[str] = (),
+    common: Sequence[str] = (),
     max_cycles: int | None = None,
 ) -> dict:
     """Simulate one workload under several sets of overrides, side by side.

@@ -91,7 +91,7 @@ def analyse(
         }
         for name, (role, nbytes) in program.tensor_roles.items()
     }
-    logs_of = [[] for _ in program.kernels]
+    logs_of: list[list[PipeLog]] = [[] for _ in program.kernels]
     for log in trace.pipes:
         logs_of[log.kernel].append(log)
     engine_of = {
@@ -316,7 +316,7 @@ def _tally(
     traffic = {level: {"read_bytes": 0, "write_bytes": 0} for level in LEVELS}
     hbm, l2 = traffic["HBM"], traffic["L2"]
     l2["multicast_bytes"] = 0  # bytes cores received from L2 reads that served a peer too
-    ran = Counter()
+    ran: Counter[Any] = Counter()
     for log in logs:
         _add_busy_and_stalls(log, busy, stalls)
         ran.update(log.instrs)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -188,7 +189,7 @@ def preset_names() -> list[str]:
 
 def load_hardware(
     name_or_path: str,
-    overrides: list[tuple[str, Any]] = (),
+    overrides: Sequence[tuple[str, Any]] = (),
     relative_to: Path | None = None,
     named_in: str | None = None,
 ) -> Hardware:

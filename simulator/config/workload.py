@@ -6,6 +6,7 @@ Shapes are expressions over named integer params (config/expressions.py).
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -104,7 +105,9 @@ class Workload:
         return self.tiling.get(op_name, self.tiling.get("default", TilingSpec()))
 
 
-def load_workload(path: str | Path, overrides: list[str] | list[tuple[str, Any]] = ()) -> Workload:
+def load_workload(
+    path: str | Path, overrides: Sequence[str] | Sequence[tuple[str, Any]] = ()
+) -> Workload:
     """Load, override, validate. Overrides starting with 'hardware.' apply to the hardware,
     whose path in the file is relative to the workload file's folder."""
     if not isinstance(path, (str, os.PathLike)):

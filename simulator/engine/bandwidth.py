@@ -37,9 +37,9 @@ class SharedChannel:
         self.bytes_per_cycle = bytes_per_cycle
         self.flows: list[_Flow] = []  # in the order they started (they finish in it)
         self.by_cap: list[_Flow] = []  # the same flows, ordered by cap for water-filling
-        self.updated_at = 0
+        self.updated_at: float = 0
         self.version = 0  # of the timer that will end the next flows
-        self.timer_at: int | None = None
+        self.timer_at: float | None = None
 
     def transfer(self, nbytes: int, cap_bytes_per_cycle: float) -> simpy.Event:
         """An event that fires when `nbytes` have crossed this channel at the shared rate."""

@@ -15,6 +15,7 @@ filled block by block by FIXPIPE before the row-wise op runs.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from ..config.hardware import Hardware
 from ..config.workload import Op, Tensor, Workload
@@ -188,7 +189,7 @@ class VectorChain:
         c0: int,
         c1: int,
         drains: dict[str, Instr] | None = None,
-        held: list[tuple[SlotRing, int]] = (),
+        held: Sequence[tuple[SlotRing, int]] = (),
     ) -> None:
         """One block of columns of the tile arrives (from L0C, or loaded from HBM), and the
         ops before any row-wise op run on it. `held`: accumulator slots the values stay in

@@ -356,7 +356,7 @@ class _MatmulCore:
                     current = index
                 last_use[(side, current)] = index
         slot_of = {}
-        acc_slots = []
+        acc_slots: list[int] = []
         for index, (b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1)) in enumerate(steps):
             rows, cols = bm1 - bm, bn1 - bn
             for side, region in enumerate(keys):
