@@ -65,6 +65,34 @@ def catlass_tile(l1: tuple[int, int, int], l0_k: int, acc_buffers: int = 2) -> d
     }
 
 
+def catlass(
+    id: str,
+    m: int,
+    n: int,
+    k: int,
+    microseconds: float,
+    detail: str,
+    l1: tuple[int, int, int],
+    l0_k: int,
+    acc_buffers: int = 2,
+    **layout,
+) -> Case:
+    """A row of CATLASS's tuning guide (Atlas A2, 20 AIC, fp16): the time it measured with
+    the tile it states."""
+    return Case(
+        id,
+        "ascend910b",
+        "fp16",
+        m,
+        n,
+        k,
+        from_time(m, n, k, microseconds),
+        f"catlass matmul_fast_tuning, {microseconds} us{detail}",
+        catlass_tile(l1, l0_k, acc_buffers),
+        **layout,
+    )
+
+
 CASES = (
     Case(
         "G1",
@@ -99,65 +127,56 @@ CASES = (
     Case("V3c", "h100", "bf16", 64, 43008, 5376, 187.99, "vllm PR #49363, F.linear"),
     Case("G11c", "h100", "fp16", 2048, 4096, 4096, 613.7, "triton #2339, cuBLAS"),
     Case("G12", "h100", "fp16", 3072, 3072, 3072, 584.7, "triton #3672, cuBLAS"),
-    Case(
+    catlass(
         "A2a",
-        "ascend910b",
-        "fp16",
         1024,
         576,
         6144,
-        from_time(1024, 576, 6144, 72.5),
-        "catlass matmul_fast_tuning, 72.5 us, L1 tile 128x256x256",
-        catlass_tile((128, 256, 256), 64, acc_buffers=1),
+        72.5,
+        ", L1 tile 128x256x256",
+        (128, 256, 256),
+        64,
+        1,
         transpose_b=True,
     ),
-    Case(
+    catlass(
         "A2b",
-        "ascend910b",
-        "fp16",
         1024,
         576,
         6144,
-        from_time(1024, 576, 6144, 48.6),
-        "catlass matmul_fast_tuning, 48.6 us, L1 tile 256x128x256",
-        catlass_tile((256, 128, 256), 64, acc_buffers=1),
+        48.6,
+        ", L1 tile 256x128x256",
+        (256, 128, 256),
+        64,
+        1,
         transpose_b=True,
     ),
-    Case(
+    catlass(
         "A3",
-        "ascend910b",
-        "fp16",
         20,
         6144,
         16384,
-        from_time(20, 6144, 16384, 139.6),
-        "catlass matmul_fast_tuning, 139.6 us, L1 tile 32x320x128, B zN",
-        catlass_tile((32, 320, 128), 32),
+        139.6,
+        ", L1 tile 32x320x128, B zN",
+        (32, 320, 128),
+        32,
         b_layout="nz",
     ),
-    Case(
-        "A3nd",
-        "ascend910b",
-        "fp16",
-        20,
-        6144,
-        16384,
-        from_time(20, 6144, 16384, 252.4),
-        "catlass matmul_fast_tuning, 252.4 us, L1 tile 32x320x128, B row-major",
-        catlass_tile((32, 320, 128), 32),
+    catlass(
+        "A3nd", 20, 6144, 16384, 252.4, ", L1 tile 32x320x128, B row-major", (32, 320, 128), 32
     ),
     # swizzle <3,1>, not the guide's faster <4,1>: dealing blocks to cores in turn, as here,
     # gives the busiest core the same blocks (128 + 128 + 32 rows) as <3,1> does
-    Case(
+    catlass(
         "A4",
-        "ascend910b",
-        "fp16",
         160,
         6144,
         2048,
-        from_time(160, 6144, 2048, 40.6),
-        "catlass matmul_fast_tuning, 40.6 us (swizzle 3,1), L1 tile 128x256x256, B zN",
-        catlass_tile((128, 256, 256), 64, acc_buffers=1),
+        40.6,
+        " (swizzle 3,1), L1 tile 128x256x256, B zN",
+        (128, 256, 256),
+        64,
+        1,
         b_layout="nz",
     ),
 )

@@ -22,8 +22,9 @@ from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, check_count, quo
 from .schedule.program import UTILIZATION_KEYS
 from .units import us_per_cycle
 
-# Report figures that become columns of a sweep row, flattened to one level.
-METRICS = (
+# Report figures that become columns of a sweep row, flattened to one level: first those a
+# report carries as they are, then those derived from it.
+REPORT_FIGURES = (
     "time_us",
     "cycles",
     "bound",
@@ -34,6 +35,9 @@ METRICS = (
     "mac_utilization",
     "achieved_hbm_tbps",
     "hbm_bandwidth_tbps",
+)
+METRICS = (
+    *REPORT_FIGURES,
     "roofline_efficiency",
     "roofline_bound_us",
     "compute_bound_us",
@@ -180,24 +184,7 @@ def row_of(point: dict[str, Any], report: dict | None, error: str = "") -> dict[
     roof = report["roofline"]
     hbm = report["traffic"]["HBM"]
     moved = hbm["read_bytes"] + hbm["write_bytes"]
-    row.update(
-        {
-            key: report[key]
-            for key in (
-                "time_us",
-                "cycles",
-                "bound",
-                "binding",
-                "flops",
-                "achieved_tflops",
-                "peak_tflops",
-                "mac_utilization",
-                "achieved_hbm_tbps",
-                "hbm_bandwidth_tbps",
-                "instructions",
-            )
-        }
-    )
+    row.update({key: report[key] for key in (*REPORT_FIGURES, "instructions")})
     row.update(
         roofline_efficiency=roof["efficiency"],
         roofline_bound_us=roof["bound_cycles"] * us,
