@@ -62,7 +62,7 @@ def run(path: Path, overrides=(), world_class=World) -> dict:
         env = CountingEnvironment()
         trace = world_class(program, workload.hardware, env).run()
         simulated = time.perf_counter()
-        analyse(trace, program, workload.hardware, workload.name, {})
+        analyse(trace, program, workload.hardware, workload.name)
     done = time.perf_counter()
     return {
         "instructions": trace.instructions,

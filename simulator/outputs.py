@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TextIO
 
 from .errors import SimulatorError, printable
 from .sweep import FIGURES, columns
@@ -233,18 +233,19 @@ class CsvRows:
     def __init__(self, out: Output, fields: list[str]):
         self.out = out
         self.columns = columns(fields)
-        self.handle = None
+        self.handle: TextIO | None = None
         self.written = 0
 
     def add(self, index: int, row: dict[str, Any]) -> None:
-        if self.handle is None:
+        handle = self.handle
+        if handle is None:
             temporary = _temporary(self.out)
-            self.handle = open(temporary, "w", newline="", encoding="utf-8")  # noqa: SIM115
-            self.writer = csv.DictWriter(self.handle, fieldnames=self.columns)
+            handle = self.handle = open(temporary, "w", newline="", encoding="utf-8")  # noqa: SIM115
+            self.writer = csv.DictWriter(handle, fieldnames=self.columns)
             self.writer.writeheader()
             os.replace(temporary, self.out.path)
         self.writer.writerow(_cells(row))
-        self.handle.flush()
+        handle.flush()
         self.written += 1
 
     def close(self) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from .analysis.records import Provenance
 from .analysis.report import analyse
 from .config.workload import Workload
 from .engine.world import simulate_program
@@ -44,18 +46,18 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> SimulationRep
     record = analyse(
         trace, program, workload.hardware, workload.name, _provenance(workload, __version__)
     )
-    return SimulationReport(record.data, record.provenance, record.trace)
+    return SimulationReport.of(record)
 
 
-def _provenance(workload: Workload, version: str) -> dict:
-    return {
-        "simulator_version": version,
-        "workload_file": workload.source,
-        "hardware_file": workload.hardware.source,
-        "overrides": [f"{path}={value}" for path, value in workload.overrides],
-        "params": dict(workload.params),
-        "hardware": workload.hardware.to_dict(),
-    }
+def _provenance(workload: Workload, version: str) -> Provenance:
+    return Provenance(
+        version,
+        workload.source,
+        workload.hardware.source,
+        tuple(f"{path}={value}" for path, value in workload.overrides),
+        dict(workload.params),
+        workload.hardware.to_dict(),
+    )
 
 
 def plan(workload: Workload):
@@ -81,7 +83,7 @@ def compare(
         (label, overrides, load_workload(path, [*common, *overrides]))
         for label, overrides in variants
     ]  # every mistake before any run
-    rows = []
+    rows: list[dict[str, Any]] = []
     for label, overrides, workload in workloads:
         rows.append(
             {

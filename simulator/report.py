@@ -5,6 +5,7 @@ viz, so that the analysis never reaches up to the rendering."""
 from __future__ import annotations
 
 import html
+from dataclasses import fields
 
 from .analysis.report import Report
 
@@ -12,6 +13,11 @@ from .analysis.report import Report
 class SimulationReport(Report):
     """`r.summary()`, `r.plot_timeline()`, `r.plot_roofline()`, `r.write_chrome_trace(path)`;
     shown as its summary in Jupyter and IPython."""
+
+    @classmethod
+    def of(cls, record: Report) -> SimulationReport:
+        """The user's report of an analysed run: the same record, with its renderings."""
+        return cls(**{f.name: getattr(record, f.name) for f in fields(Report)})
 
     def _repr_pretty_(self, printer, cycle: bool) -> None:  # IPython / Jupyter
         printer.text(self.summary())

@@ -10,7 +10,16 @@ import pytest
 
 from simulator.engine.world import simulate_program
 from simulator.pipeline import lower_workload, simulate
-from simulator.schedule.program import KernelProgram, Program, Region, new_core_program, transfer
+from simulator.schedule.program import (
+    CoreBuilder,
+    CubeBlock,
+    Draft,
+    KernelProgram,
+    Program,
+    Region,
+    VectorOp,
+    transfer,
+)
 
 from .helpers import matmul_workload
 
@@ -18,14 +27,30 @@ LAUNCH, MTE2, L2_LAT, HBM_LAT = 100, 10, 20, 100
 
 
 def one_kernel(cores_instrs, geometry):
-    cores = []
-    for instrs in cores_instrs:
-        core = new_core_program()
-        for instr in instrs:
-            core.emit(instr)
-        cores.append(core)
-    kernel = KernelProgram("k", ("k",), False, "vector", "fp16", 0, cores, None, 0, 0)
-    return Program([kernel], geometry, 0)
+    return kernels(geometry, cores_instrs)
+
+
+def kernels(geometry, *kernel_cores: list[list[Draft]]) -> Program:
+    """A program of kernels in turn, each of cores running these drafts on their pipes."""
+    built = []
+    for cores_instrs in kernel_cores:
+        cores = []
+        for instrs in cores_instrs:
+            core = CoreBuilder()
+            for instr in instrs:
+                core.emit(instr)
+            cores.append(core.build())
+        built.append(
+            KernelProgram("k", ("k",), False, "vector", "fp16", 0, tuple(cores), None, 0, 0)
+        )
+    return Program(tuple(built), geometry, 0)
+
+
+def program_of(cores: list[CoreBuilder], geometry=None, unit="vector", gemms=0) -> Program:
+    """One kernel of these cores' programs, built."""
+    built = tuple(core.build() for core in cores)
+    kernel = KernelProgram("k", ("k",), False, unit, "fp16", 0, built, None, 0, 0, gemms=gemms)
+    return Program((kernel,), geometry or {}, 0)
 
 
 def load(tensor, nbytes):
@@ -123,17 +148,15 @@ def test_double_buffering_overlaps_what_single_buffering_serialises(tiny):
 
 def test_a_deadlock_is_diagnosed_with_the_waiting_pipe_and_the_flag(tiny):
     from simulator.errors import InvariantError
-    from simulator.schedule.program import Instr
 
-    core = new_core_program()
+    core = CoreBuilder()
     never = core.new_flag(0, "data")
-    core.emit(Instr("CUBE", "mmad waiting forever", cycles=5, waits=[never]))
-    core.emit(
-        Instr("VECTOR", "would set it", cycles=5, waits=[core.new_flag(0, "data")], sets=[never])
-    )
-    kernel = KernelProgram("k", ("k",), False, "cube", "fp16", 0, [core], None, 0, 0)
+    core.emit(Draft(CubeBlock, "CUBE", "mmad waiting forever", cycles=5)).waits_for(never)
+    setter = core.emit(Draft(VectorOp, "VECTOR", "would set it", cycles=5))
+    setter.waits_for(core.new_flag(0, "data"))
+    setter.signals(never)
     with pytest.raises(InvariantError) as info:
-        simulate_program(Program([kernel], {}, 0), tiny)
+        simulate_program(program_of([core], unit="cube"), tiny)
     text = str(info.value)
     assert "deadlock at cycle 100: 0 of 2 instructions executed" in text
     assert (
@@ -155,29 +178,26 @@ def test_a_block_staged_in_l0a_but_never_consumed_breaks_conservation(tiny):
     from simulator.analysis.report import analyse
     from simulator.errors import InvariantError
 
-    core = new_core_program()
+    core = CoreBuilder()
     core.emit(transfer("MTE1", "move A nobody reads", "L1", "L0A", 1024))
-    kernel = KernelProgram("k", ("k",), False, "cube", "fp16", 0, [core], None, 0, 0, gemms=1)
-    program = Program([kernel], {}, 0)
+    program = program_of([core], unit="cube", gemms=1)
     with pytest.raises(InvariantError, match="L0A received 1024 B but gave 0 B"):
-        analyse(simulate_program(program, tiny), program, tiny, "t", {})
+        analyse(simulate_program(program, tiny), program, tiny, "t")
 
 
 def test_a_private_pipe_runs_ahead_of_the_global_clock_but_its_transfers_wait_for_it(tiny):
     """The Cube's 500 cycles are timed without SimPy; the store that waits on them still
     starts at the Cube's end on the global clock, and an earlier load by another pipe is not
     held back by it."""
-    from simulator.schedule.program import Instr
-
-    core = new_core_program()
+    core = CoreBuilder()
     done = core.new_flag(0, "data")
-    core.emit(Instr("CUBE", "long compute", cycles=500, sets=[done]))
+    core.emit(Draft(CubeBlock, "CUBE", "long compute", cycles=500)).signals(done)
     store = transfer("FIXPIPE", "store after compute", "L0C", "HBM", 64, Region("c", 0, 1, 0, 32))
-    store.waits.append(done)
+    store.waits_for(done)
     core.emit(store)
     core.emit(transfer("MTE2", "independent load", "HBM", "L1", 64, Region("a", 0, 1, 0, 32)))
-    kernel = KernelProgram("k", ("k",), False, "cube", "fp16", 0, [core], None, 0, 0)
-    trace = simulate_program(Program([kernel], {"a": (1, 32, 2), "c": (1, 32, 2)}, 0), tiny)
+    program = program_of([core], {"a": (1, 32, 2), "c": (1, 32, 2)}, unit="cube")
+    trace = simulate_program(program, tiny)
     by_label = {r.label: r for r in trace.records}
     launch = tiny.launch_overhead_cycles
     assert by_label["long compute"].end_cycle == launch + 500
@@ -189,14 +209,11 @@ def test_a_private_pipe_runs_ahead_of_the_global_clock_but_its_transfers_wait_fo
 def test_slots_taken_beyond_a_buffers_capacity_are_caught(tiny):
     from simulator.errors import InvariantError
 
-    core = new_core_program()
+    core = CoreBuilder()
     for _ in range(2):  # two 8 KiB slots of the 8 KiB L0A, the first never freed
-        move = transfer("MTE1", "move", "L1", "L0A", 8192)
-        move.acquire = ("L0A", 8192)
-        core.emit(move)
-    kernel = KernelProgram("k", ("k",), False, "cube", "fp16", 0, [core], None, 0, 0)
+        core.emit(transfer("MTE1", "move", "L1", "L0A", 8192)).takes("L0A", 8192)
     with pytest.raises(InvariantError, match="L0A of core 0 in kernel 0 holds 16384 B"):
-        simulate_program(Program([kernel], {}, 0), tiny)
+        simulate_program(program_of([core], unit="cube"), tiny)
 
 
 def queued(hw, depth):
@@ -258,16 +275,13 @@ def test_a_multicast_read_crosses_the_l2_port_once_for_its_cluster(tiny, multica
     hw = replace(tiny, memories=narrow)
     nbytes = 4096
 
-    def kernel(cores):
-        return one_kernel(cores, {"t": (1, nbytes // 2, 2)}).kernels[0]
-
     def shared_load():
-        instr = load("t", nbytes)
-        instr.multicast = multicast
-        return instr
+        region = Region("t", 0, 1, 0, nbytes // 2)
+        return transfer("MTE2", "load", "HBM", "L1", nbytes, region, multicast=multicast)
 
-    program = one_kernel([[load("t", nbytes)]], {"t": (1, nbytes // 2, 2)})
-    program.kernels.append(kernel([[shared_load()], [shared_load()]]))
+    program = kernels(
+        {"t": (1, nbytes // 2, 2)}, [[load("t", nbytes)]], [[shared_load()], [shared_load()]]
+    )
     trace = simulate_program(program, hw)
     hits = [r for r in trace.records if r.kernel == 1]
     assert [r.l2_hit_bytes for r in hits] == [nbytes, nbytes]
@@ -301,11 +315,10 @@ def test_same_address_reads_cross_the_l2_port_in_turn_where_the_chip_says_so(tin
 
     hw = replace(tiny, l2_serialises_same_address=serialise)
     nbytes = 4096
-    program = one_kernel([[load("t", nbytes)]], {"t": (1, nbytes // 2, 2)})
-    program.kernels.append(
-        one_kernel([[load("t", nbytes)], [load("t", nbytes)]], {"t": (1, nbytes // 2, 2)}).kernels[
-            0
-        ]
+    program = kernels(
+        {"t": (1, nbytes // 2, 2)},
+        [[load("t", nbytes)]],
+        [[load("t", nbytes)], [load("t", nbytes)]],
     )
     first, second = sorted(
         (r for r in simulate_program(program, hw).records if r.kernel == 1),
@@ -330,8 +343,7 @@ def test_a_launch_overlaps_the_kernel_before_it(tiny, graph, gap, expected_secon
     from dataclasses import replace
 
     hw = replace(tiny, kernel_gap_cycles=gap, graph_launch=graph)
-    program = one_kernel([[load("a", 640)]], {"a": (1, 320, 2), "b": (1, 320, 2)})
-    program.kernels.append(one_kernel([[load("b", 640)]], {}).kernels[0])
+    program = kernels({"a": (1, 320, 2), "b": (1, 320, 2)}, [[load("a", 640)]], [[load("b", 640)]])
     trace = simulate_program(program, hw)
     first, second = trace.kernels
     assert first.run_cycle == LAUNCH and first.end_cycle == LAUNCH + 140
@@ -345,8 +357,7 @@ def test_short_kernels_wait_on_the_host_unless_launched_as_a_graph(tiny, graph, 
     from dataclasses import replace
 
     hw = replace(tiny, kernel_gap_cycles=10, graph_launch=graph)
-    program = one_kernel([[]], {})
-    program.kernels.append(one_kernel([[]], {}).kernels[0])
+    program = kernels({}, [[]], [[]])
     _, second = simulate_program(program, hw).kernels
     assert second.run_cycle == expected
 

@@ -29,6 +29,17 @@ def test_ruff_formatted():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_mypy_clean():
+    """The package type-checks (settings in setup.cfg's [mypy])."""
+    result = subprocess.run(
+        [sys.executable, "-m", "mypy", "--no-error-summary"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 def test_library_does_not_print():
     """Only the CLI prints; the library returns values."""
     offenders = [

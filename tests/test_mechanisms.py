@@ -8,6 +8,7 @@ from simulator.config.workload import TilingSpec, parse_workload
 from simulator.engine.world import simulate_program
 from simulator.errors import ConfigError
 from simulator.pipeline import lower_workload, simulate
+from simulator.schedule.program import FlagOp, Transfer
 from simulator.schedule.tiling import gemm_shape, resolve_tiling
 
 from .helpers import matmul_workload
@@ -151,8 +152,10 @@ def test_an_epilogue_in_registers_works_on_the_accumulators_in_place(tiny):
     ub_kernel = lower_workload(in_ub).kernels[0]
     kernel = lower_workload(in_registers).kernels[0]
     assert ub_kernel.fused and kernel.fused
-    moves = [(i.src, i.dst) for core in kernel.cores for i in core.queues["FIXPIPE"]]
+    fixpipe = [i for core in kernel.cores for i in core.queues["FIXPIPE"]]
+    moves = [(i.src, i.dst) for i in fixpipe if isinstance(i, Transfer)]
     assert ("L0C", "UB") not in moves and ("L0C", "HBM") in moves
+    assert any(isinstance(i, FlagOp) for i in fixpipe)  # the hand-overs
     assert not any(core.queues["MTE3"] for core in kernel.cores)
     assert kernel.buffer_plan_bytes["UB"] < ub_kernel.buffer_plan_bytes["UB"]
     fused = simulate(in_registers).to_dict()  # physics checked by the report itself

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from dataclasses import dataclass, field
-from itertools import compress
-from operator import attrgetter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 from typing import Any, Callable
 
 import numpy as np
@@ -25,16 +25,29 @@ from ..cost import (
 )
 from ..engine.trace import PipeLog, Trace
 from ..errors import InvariantError
-from ..schedule.lower import footprint_bytes
+from ..schedule.footprint import footprint_bytes
 from ..schedule.program import (
     PIPES,
     UNIT_OF_PIPE,
-    Instr,
+    GlobalTransfer,
+    KernelProgram,
     Program,
+    Transfer,
     moved_bytes,
     transfer_rate,
 )
 from ..version import format_mark
+from .records import (
+    Intermediates,
+    KernelRecord,
+    LevelTraffic,
+    MemoryFootprint,
+    PipeStalls,
+    Provenance,
+    RooflineSummary,
+    TensorTraffic,
+    plain,
+)
 from .roofline import Roofline, roofline
 
 # Why a pipe was not working on an instruction it had reached:
@@ -51,27 +64,68 @@ LATENCY_BOUND_BELOW = 0.5
 COMPUTE_CEILINGS = ("cube", "vector")
 
 
-@dataclass
+@dataclass(frozen=True)
 class Report:
-    """One simulation's results; `to_dict()` is the JSON form (keys fixed by DESIGN.md). What
-    a user holds is simulator/report.py's SimulationReport, which adds the renderings."""
+    """One simulation's results as typed records; `to_dict()` is its JSON form, the fields in
+    order as its keys (DESIGN.md fixes them), and `report["key"]` reads that form. Frozen: a
+    report is evidence of one run. What a user holds is simulator/report.py's
+    SimulationReport, which adds the renderings."""
 
-    data: dict[str, Any]
-    provenance: dict[str, Any] = field(default_factory=dict)
+    workload: str
+    hardware: str
+    cores: int
+    clock_ghz: float
+    cycles: int
+    time_us: float
+    flops: int
+    achieved_tflops: float
+    peak_tflops: float
+    mac_utilization: float
+    hbm_bandwidth_tbps: float
+    achieved_hbm_tbps: float
+    bound: str  # compute, memory or latency
+    binding: str  # the ceiling nearest the run's time
+    roofline: RooflineSummary
+    traffic: Mapping[str, LevelTraffic]  # by level, HBM first
+    tensors: Mapping[str, TensorTraffic]
+    intermediates: Intermediates
+    utilization: Mapping[str, float]  # per unit, pipe and shared memory: busy over time
+    stalls: Mapping[str, PipeStalls]  # per pipe
+    launch_overhead_cycles: int  # waited on launches (a launch overlaps the kernel before it)
+    memory_footprint: MemoryFootprint
+    peak_buffer_bytes: Mapping[str, int]  # per buffer, highest seen on any core
+    buffer_capacity_bytes: Mapping[str, int]
+    instructions: int
+    kernels: tuple[KernelRecord, ...]
+    provenance: Provenance | None = None
     trace: Trace | None = field(default=None, repr=False, compare=False)  # for timelines
 
     def __getitem__(self, key: str) -> Any:
-        return self.data[key]
+        return self._plain[key]
+
+    @cached_property
+    def _plain(self) -> dict[str, Any]:
+        return self.to_dict()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"format": format_mark("report"), **self.data, "provenance": self.provenance}
+        data = {
+            f.name: plain(getattr(self, f.name))
+            for f in fields(Report)
+            if f.name not in ("provenance", "trace")
+        }
+        provenance = {} if self.provenance is None else plain(self.provenance)
+        return {"format": format_mark("report"), **data, "provenance": provenance}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2, sort_keys=False)
 
 
 def analyse(
-    trace: Trace, program: Program, hw: Hardware, workload_name: str, provenance: dict[str, Any]
+    trace: Trace,
+    program: Program,
+    hw: Hardware,
+    workload_name: str,
+    provenance: Provenance | None = None,
 ) -> Report:
     cycles = max(trace.cycles, 1)
     bound: Roofline = roofline(program, hw)
@@ -81,7 +135,7 @@ def analyse(
 
     busy = {pipe: 0 for pipe in PIPES}
     stalls = {pipe: dict.fromkeys(STALL_CAUSES, 0) for pipe in PIPES}
-    per_tensor = {
+    per_tensor: dict[str, dict[str, Any]] = {
         name: {
             "role": role,
             "bytes": nbytes,
@@ -98,12 +152,12 @@ def analyse(
         path: engine for engine in hw.engines.values() for path in engine.path_bytes_per_cycle
     }
 
-    def engine_cycles_of(instr) -> float:
+    def engine_cycles_of(instr: Transfer) -> float:
         """A move's cycles on its engine, no start-up: its bytes at the path's rate, or for a
         global transfer the bytes it moves at its shape's rate (program.transfer_rate)."""
         engine = engine_of[instr.src, instr.dst]
         rate = engine.path_bytes_per_cycle[instr.src, instr.dst]
-        if instr.region is None:
+        if not isinstance(instr, GlobalTransfer):
             return instr.nbytes / rate
         return moved_bytes(instr, program) / transfer_rate(
             instr, program, rate, engine.packet_bytes
@@ -142,11 +196,14 @@ def analyse(
     )
     bound_kind, binding = _classify(ceilings, cycles)
 
-    middle = [e for e in per_tensor.values() if e["role"] == "intermediate"]
-    intermediates = {
-        key: sum(e[key] for e in middle)
-        for key in ("bytes", "hbm_write_bytes", "hbm_read_bytes", "l2_read_bytes")
-    }
+    tensors = {name: TensorTraffic(**entry) for name, entry in per_tensor.items()}
+    middle = [t for t in tensors.values() if t.role == "intermediate"]
+    intermediates = Intermediates(
+        sum(t.bytes for t in middle),
+        sum(t.hbm_write_bytes for t in middle),
+        sum(t.hbm_read_bytes for t in middle),
+        sum(t.l2_read_bytes for t in middle),
+    )
 
     kernels = []
     # the least launch wait of a kernel in the sequence: a whole launch for the first, the
@@ -164,65 +221,67 @@ def analyse(
             kernel_ceilings, max(span.end_cycle - span.start_cycle, 1)
         )
         kernels.append(
-            {
-                "name": kernel.name,
-                "ops": list(kernel.ops),
-                "fused": kernel.fused,
-                "unit": kernel.unit,
-                "cycles": span.end_cycle - span.start_cycle,
-                "launch_cycles": span.run_cycle - span.start_cycle,
-                "flops": kernel.flops,
-                "roofline_cycles": bound.per_kernel[span.index],
-                "traffic": kernel_traffic[span.index],
-                "tiling": kernel.tiling,
-                "bound": kernel_bound,
-                "binding": kernel_binding,
-                "cores_used": len(kernel.cores),
-                "instructions": kernel.instruction_count,
-                "buffer_plan_bytes": kernel.buffer_plan_bytes,
-            }
+            KernelRecord(
+                kernel.name,
+                kernel.ops,
+                kernel.fused,
+                kernel.unit,
+                span.end_cycle - span.start_cycle,
+                span.run_cycle - span.start_cycle,
+                kernel.flops,
+                bound.per_kernel[span.index],
+                _traffic_record(kernel_traffic[span.index]),
+                kernel.tiling,
+                kernel_bound,
+                kernel_binding,
+                len(kernel.cores),
+                kernel.instruction_count,
+                kernel.buffer_plan_bytes,
+            )
         )
 
-    data = {
-        "workload": workload_name,
-        "hardware": hw.name,
-        "cores": hw.cores,
-        "clock_ghz": hw.clock_hz / 1e9,
-        "cycles": cycles,
-        "time_us": hw.cycles_to_us(cycles),
-        "flops": flops,
-        "achieved_tflops": achieved_tflops,
-        "peak_tflops": peak_tflops,
-        "mac_utilization": achieved_tflops / peak_tflops if peak_tflops else 0.0,
-        "hbm_bandwidth_tbps": hbm.peak_bytes_per_cycle * hw.clock_hz / 1e12,
-        "achieved_hbm_tbps": hbm_bytes / time_s / 1e12,
-        "bound": bound_kind,
-        "binding": binding,
-        "roofline": {
-            "compute_cycles": bound.compute_cycles,
-            "memory_cycles": bound.memory_cycles,
-            "bound_cycles": bound.bound_cycles,
-            "efficiency": bound.bound_cycles / cycles,
-            "compulsory_hbm_bytes": bound.compulsory_bytes,
-            "ceiling_cycles": ceilings,
-        },
-        "traffic": traffic,
-        "tensors": per_tensor,
-        "intermediates": intermediates,
-        "utilization": utilization,
-        "stalls": stalls,
-        # the time the chip waited on launches (a later launch overlaps the kernel before it)
-        "launch_overhead_cycles": sum(span.run_cycle - span.start_cycle for span in trace.kernels),
-        "memory_footprint": {
-            **{f"{role}_bytes": n for role, n in footprint_bytes(program.tensor_roles).items()},
-            "hbm_capacity_bytes": hbm.capacity_bytes,
-        },
-        "peak_buffer_bytes": trace.peak_occupancy_bytes,
-        "buffer_capacity_bytes": dict(hw.buffer_bytes),
-        "instructions": trace.instructions,
-        "kernels": kernels,
-    }
-    return Report(data, provenance, trace)
+    footprint = {f"{role}_bytes": n for role, n in footprint_bytes(program.tensor_roles).items()}
+    return Report(
+        workload=workload_name,
+        hardware=hw.name,
+        cores=hw.cores,
+        clock_ghz=hw.clock_hz / 1e9,
+        cycles=cycles,
+        time_us=hw.cycles_to_us(cycles),
+        flops=flops,
+        achieved_tflops=achieved_tflops,
+        peak_tflops=peak_tflops,
+        mac_utilization=achieved_tflops / peak_tflops if peak_tflops else 0.0,
+        hbm_bandwidth_tbps=hbm.peak_bytes_per_cycle * hw.clock_hz / 1e12,
+        achieved_hbm_tbps=hbm_bytes / time_s / 1e12,
+        bound=bound_kind,
+        binding=binding,
+        roofline=RooflineSummary(
+            bound.compute_cycles,
+            bound.memory_cycles,
+            bound.bound_cycles,
+            bound.bound_cycles / cycles,
+            bound.compulsory_bytes,
+            ceilings,
+        ),
+        traffic=_traffic_record(traffic),
+        tensors=tensors,
+        intermediates=intermediates,
+        utilization=utilization,
+        stalls={pipe: PipeStalls(**causes) for pipe, causes in stalls.items()},
+        launch_overhead_cycles=sum(span.run_cycle - span.start_cycle for span in trace.kernels),
+        memory_footprint=MemoryFootprint(**footprint, hbm_capacity_bytes=hbm.capacity_bytes),
+        peak_buffer_bytes=trace.peak_occupancy_bytes,
+        buffer_capacity_bytes=dict(hw.buffer_bytes),
+        instructions=trace.instructions,
+        kernels=tuple(kernels),
+        provenance=provenance,
+        trace=trace,
+    )
+
+
+def _traffic_record(traffic: dict[str, dict[str, int]]) -> dict[str, LevelTraffic]:
+    return {level: LevelTraffic(**counts) for level, counts in traffic.items()}
 
 
 def _check_invariants(
@@ -268,7 +327,7 @@ def _check_invariants(
 
 
 def _ceilings(
-    kernels: list,
+    kernels: Sequence[KernelProgram],
     hw: Hardware,
     traffic: dict,
     engine_cycles: dict[str, float],
@@ -302,7 +361,7 @@ def _tally(
     busy: dict,
     stalls: dict,
     per_tensor: dict,
-    engine_cycles_of: Callable[[Instr], float],
+    engine_cycles_of: Callable[[Transfer], float],
     engine_cycles: dict[str, float],
 ) -> dict[str, dict[str, int]]:
     """One pass over one kernel's pipe logs: returns the bytes read from and written to each
@@ -320,11 +379,11 @@ def _tally(
     for log in logs:
         _add_busy_and_stalls(log, busy, stalls)
         ran.update(log.instrs)
-        transfers = compress(
-            zip(log.instrs, log.column("l2_hit_bytes"), log.column("hbm_bytes")),
-            map(_region_of, log.instrs),
-        )
-        for instr, hit_bytes, fetched_bytes in transfers:
+        for instr, hit_bytes, fetched_bytes in zip(
+            log.instrs, log.column("l2_hit_bytes"), log.column("hbm_bytes")
+        ):
+            if type(instr) is not GlobalTransfer:
+                continue
             entry = per_tensor.get(instr.region.tensor)
             if instr.src == "HBM":
                 port_bytes = l2_port_bytes(hit_bytes, instr.multicast)
@@ -338,7 +397,7 @@ def _tally(
             elif entry is not None:
                 entry["hbm_write_bytes"] += instr.nbytes
     for instr, times in ran.items():
-        if instr.src is not None:
+        if isinstance(instr, Transfer):
             engine_cycles[instr.pipe] += times * engine_cycles_of(instr)
         for level, nbytes in instr.reads:
             if level != "HBM":  # how much came over HBM is in the log, above
@@ -378,9 +437,6 @@ def _add_busy_and_stalls(log: PipeLog, busy: dict, stalls: dict) -> None:
     stalls[log.pipe]["data"] += int(round(float((wait_data * counted).sum())))
     stalls[log.pipe]["buffer_slot"] += int(round(float((wait_slot * counted).sum())))
     stalls[log.pipe]["shared_bandwidth"] += int(column["wait_bandwidth_cycles"].sum())
-
-
-_region_of = attrgetter("region")  # global-memory transfers are those with a region
 
 
 def _peak_tflops(program: Program, hw: Hardware) -> float:

@@ -5,6 +5,7 @@ evaluated by walking only + - * / ( ) integers and param names; nothing is ever 
 from __future__ import annotations
 
 import ast
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import quote
@@ -15,7 +16,7 @@ MAX_RANK = 8  # dimensions of one tensor
 MAX_EXPRESSION_CHARS = 200  # a shape expression such as '(hidden + 1) / 2'
 
 
-def shape_of(value: Any, params: dict[str, int]) -> tuple[int, ...]:
+def shape_of(value: Any, params: Mapping[str, int | None]) -> tuple[int, ...]:
     if not isinstance(value, list) or not value:
         raise ValueError(f"expected a list of dimensions, got {describe(value)}")
     if len(value) > MAX_RANK:
@@ -43,7 +44,7 @@ _BINARY_OPS = {
 }
 
 
-def evaluate(expr: Any, params: dict[str, int]) -> int:
+def evaluate(expr: Any, params: Mapping[str, int | None]) -> int:
     """Evaluate an integer shape expression such as 'tokens * 4' or '(hidden + 1) / 2'."""
     if isinstance(expr, bool):
         raise ValueError(f"{expr!r} is not a dimension")
@@ -78,9 +79,10 @@ def evaluate(expr: Any, params: dict[str, int]) -> int:
             if node.id not in params:
                 known = ", ".join(sorted(params)) or "none"
                 raise ValueError(f"{quote(expr)}: unknown param {quote(node.id)} (params: {known})")
-            if params[node.id] is None:
+            value = params[node.id]
+            if value is None:
                 raise SkipField(node.id)  # the param itself is wrong, and already reported
-            return params[node.id]
+            return value
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
             return -walk(node.operand)
         if isinstance(node, ast.BinOp) and type(node.op) in _BINARY_OPS:

@@ -290,7 +290,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         queue_depth = f.get("queue_depth", as_int(1, MAX_QUEUE_DEPTH), default=1)
         packet_bytes = f.get("packet_bytes", packet_size, default=0)
         paths_f = f.sub("paths")
-        rates = {}
+        rates: dict[tuple[str, str], float] = {}
         for key in paths_f.raw:
             paths_f.used.add(key)
             path_name = f"{paths_f.path}.{key}"
@@ -301,12 +301,13 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
                     f"a path is written SOURCE->DESTINATION with levels from {', '.join(LEVELS)}",
                 )
                 continue
-            if tuple(ends) in served:
-                problems.add(path_name, f"path already served by {served[tuple(ends)]}")
+            src_dst = (ends[0], ends[1])
+            if src_dst in served:
+                problems.add(path_name, f"path already served by {served[src_dst]}")
                 continue
-            served[tuple(ends)] = eng
+            served[src_dst] = eng
             try:
-                rates[tuple(ends)] = rate(paths_f.raw[key])
+                rates[src_dst] = rate(paths_f.raw[key])
             except ValueError as exc:
                 problems.add(path_name, str(exc))
         paths_f.finish()

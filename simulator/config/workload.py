@@ -6,7 +6,7 @@ Shapes are expressions over named integer params (config/expressions.py).
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -132,7 +132,9 @@ def load_workload(
     ]
     wl_overrides = [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)]
     raw = read_yaml(path)
-    known_params = raw.get("params") if isinstance(raw.get("params"), dict) else {}
+    known_params = raw.get("params")
+    if not isinstance(known_params, dict):
+        known_params = {}
     for override_path, value in wl_overrides:
         head, _, param = override_path.partition(".")
         if head == "params" and param and param not in known_params:
@@ -180,7 +182,7 @@ def parse_workload(raw: dict, source: str, hardware: Hardware, overrides: tuple 
     dtype = top.get("dtype", one_of(*DTYPES), default="fp16")
 
     params_f = top.sub("params", default={})
-    params = {}
+    params: dict[str, int | None] = {}
     for key in params_f.raw:
         params_f.used.add(key)
         if not isinstance(key, str) or not key.isidentifier() or not key.isascii():
@@ -234,12 +236,12 @@ def parse_workload(raw: dict, source: str, hardware: Hardware, overrides: tuple 
     # semantic checks: producers, cycles, shapes and dtypes through the op vocabulary
     if strided == "copy":
         ops = _copy_slices(ops, set(tensors) | {op.output for op in ops})
-    tensors, ops = resolve(tensors, broken, ops, problems)
-    _check_cube_modes(ops, tensors, hardware, problems)
+    tensors, ordered_ops = resolve(tensors, broken, ops, problems)
+    _check_cube_modes(ordered_ops, tensors, hardware, problems)
     problems.raise_if_any()
-    params = {k: v for k, v in params.items() if v is not None}
+    valid_params = {k: v for k, v in params.items() if v is not None}
     return Workload(
-        name, source, hardware, params, dtype, tensors, tuple(ops), fusion, tiling, overrides
+        name, source, hardware, valid_params, dtype, tensors, ordered_ops, fusion, tiling, overrides
     )
 
 
@@ -350,7 +352,10 @@ def _list_of_mappings(value: Any) -> list:
 
 
 def _parse_ops(
-    raw_ops: list | None, params: dict[str, int], problems: Problems, broken: set[str]
+    raw_ops: list | None,
+    params: Mapping[str, int | None],
+    problems: Problems,
+    broken: set[str],
 ) -> list[Op]:
     """The fields of each op; what they mean together is checked by the graph. The outputs
     of ops that are themselves wrong join `broken`, so their consumers are not blamed."""

@@ -24,7 +24,7 @@ class _Flow:
         self.remaining = float(nbytes)
         self.cap = cap
         self.rate = 0.0
-        self.finish = 0
+        self.finish: float = 0  # the cycle it ends at, at the current rates
         self.done = done
 
 
@@ -75,7 +75,7 @@ class SharedChannel:
             flow.rate = flow.cap
             left -= flow.cap
         now = self.env.now
-        soonest = None
+        soonest: float | None = None
         for flow in self.flows:
             flow.finish = finish = now + max(0, math.ceil(flow.remaining / flow.rate - _EPSILON))
             if soonest is None or finish < soonest:

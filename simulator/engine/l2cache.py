@@ -19,6 +19,7 @@ through to HBM and allocate. Eviction is least recently used, by granule.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 from functools import lru_cache
 
 from ..errors import InvariantError
@@ -62,7 +63,7 @@ class L2Cache:
     That is what lets a decode kernel find the previous kernel's output still on chip, and a
     prefill kernel find it evicted, without simulating lines."""
 
-    def __init__(self, capacity_bytes: int, geometry: dict[str, tuple[int, int, int]]):
+    def __init__(self, capacity_bytes: int, geometry: Mapping[str, tuple[int, int, int]]):
         self.capacity_bytes = capacity_bytes
         self.geometry = geometry
         self.granule_rows = granule_rows(capacity_bytes)

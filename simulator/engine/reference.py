@@ -10,8 +10,9 @@ from collections import deque
 from functools import partial
 
 from ..cost import kernel_start_cycle, transfer_cycles
+from ..schedule.program import GlobalTransfer, Transfer
 from .trace import KernelSpan, PipeLog
-from .transfer import GlobalTransfer, landing_delay
+from .transfer import TransferInFlight, landing_delay
 from .world import World
 
 
@@ -69,7 +70,7 @@ class ProcessPerPipeWorld(World):
             in_flight.popleft().succeed()
 
         for position, instr in enumerate(log.instrs):
-            if in_flight and instr.region is None:  # on-chip work after the transfers
+            if in_flight and type(instr) is not GlobalTransfer:  # on-chip work after them
                 yield env.all_of(list(in_flight))
             elif len(in_flight) >= depth:  # a full queue
                 yield in_flight[0]
@@ -87,9 +88,9 @@ class ProcessPerPipeWorld(World):
                 else:
                     wait_data += env.now - since
             start = int(env.now)
-            if instr.region is not None:
+            if type(instr) is GlobalTransfer:
                 in_flight.append(env.event())
-                last[0] = GlobalTransfer(
+                last[0] = TransferInFlight(
                     self,
                     instr,
                     start,
@@ -98,12 +99,12 @@ class ProcessPerPipeWorld(World):
                     order=(log.kernel, log.core, log.pipe, position),
                 )
                 continue
-            if instr.src is None:
-                yield env.timeout(instr.cycles)
-            else:
+            if isinstance(instr, Transfer):
                 yield env.timeout(
                     transfer_cycles(instr.nbytes, *self.routes[(instr.src, instr.dst)])
                 )
+            else:
+                yield env.timeout(instr.cycles)
             set_flags(instr)
             log.logged.extend((start, int(env.now), wait_data, wait_slot, 0, 0, 0))
         if in_flight:

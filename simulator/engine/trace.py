@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Iterator, NamedTuple
+from typing import Iterator, NamedTuple, Sequence
 
-from ..schedule.program import Instr
+from ..schedule.program import GlobalTransfer, Instruction, Transfer
 
 
 class Record(NamedTuple):
@@ -60,7 +60,7 @@ class PipeLog:
     kernel: int
     core: int
     pipe: str
-    instrs: list[Instr]
+    instrs: Sequence[Instruction]
     logged: list[int]
 
     def column(self, field: str) -> list[int]:
@@ -73,7 +73,11 @@ class PipeLog:
         for instr, (start, end, wait_data, wait_slot, wait_bandwidth, hit, hbm) in zip(
             self.instrs, rows
         ):
-            region = instr.region
+            src = dst = tensor = None
+            if isinstance(instr, Transfer):
+                src, dst = instr.src, instr.dst
+                if isinstance(instr, GlobalTransfer):
+                    tensor = instr.region.tensor
             yield Record(
                 self.kernel,
                 self.core,
@@ -84,14 +88,14 @@ class PipeLog:
                 wait_data,
                 wait_slot,
                 wait_bandwidth,
-                instr.src,
-                instr.dst,
+                src,
+                dst,
                 instr.nbytes,
                 instr.reads,
                 instr.writes,
                 hit,
                 hbm,
-                None if region is None else region.tensor,
+                tensor,
                 instr.acquire,
                 instr.release,
             )

@@ -10,10 +10,11 @@ from collections import deque
 from typing import TYPE_CHECKING, Callable
 
 import simpy
+from simpy.events import EventPriority
 
 from ..cost import l2_port_bytes, multicast_share
 from ..errors import InvariantError
-from ..schedule.program import Instr
+from ..schedule.program import GlobalTransfer
 
 if TYPE_CHECKING:
     from .world import World
@@ -23,10 +24,10 @@ class AfterTheCycle(simpy.events.Event):
     """An event processed after every ordinary event of its cycle: SimPy runs the events of
     one time by priority (urgent 0, normal 1), and this one has 2."""
 
-    def __init__(self, env: simpy.Environment, delay: int):
+    def __init__(self, env: simpy.Environment, delay: float):
         super().__init__(env)
         self._ok, self._value = True, None
-        env.schedule(self, 2, delay)
+        env.schedule(self, EventPriority(2), delay)
 
 
 class _Fetch:
@@ -35,7 +36,7 @@ class _Fetch:
 
     __slots__ = ("triggered", "event")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.triggered = False
         self.event: simpy.Event | None = None
 
@@ -50,7 +51,7 @@ class _Fetch:
             self.event.succeed()
 
 
-class GlobalTransfer:
+class TransferInFlight:
     """One transfer to or from global memory, stepped by SimPy callbacks (a process per
     transfer would cost an event and a generator more): at its start cycle it looks up L2,
     waits its latency, then moves its bytes over each shared memory they cross, at the
@@ -83,21 +84,24 @@ class GlobalTransfer:
         "queued",
         "order",
     )
+    finished: bool
+    legs: tuple[tuple[str, int, float], ...]  # (shared memory, bytes, rate cap) in turn
 
     def __init__(
         self,
         world: World,
-        instr: Instr,
+        instr: GlobalTransfer,
         start: int,
-        landed: Callable[[GlobalTransfer], None],
-        after: GlobalTransfer | None,
+        landed: Callable[[TransferInFlight], None],
+        after: TransferInFlight | None,
         order: tuple,
     ):
         self.world, self.instr, self.start, self.landed = world, instr, start, landed
         self.order = order  # (kernel, core, pipe, position): see World.begin_at
         self.after = None if after is None or after.finished else after
-        self.follower: GlobalTransfer | None = None
-        self.finished = self.queued = False
+        self.follower: TransferInFlight | None = None
+        self.finished = False
+        self.queued = False  # among the readers of its block (World.same_address)
         env = world.env
         if start < env.now:
             raise InvariantError(
@@ -129,7 +133,7 @@ class GlobalTransfer:
             self.hit_bytes, self.hbm_bytes = 0, instr.nbytes
             latency += world.l2_latency + world.hbm_latency
             self.legs = (("HBM", self.hbm_bytes, rate),)
-        self.ideal = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in self.legs)
+        self.ideal: int = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in self.legs)
         self.leg = 0
         world.env.timeout(latency).callbacks.append(self._next_leg)
 
@@ -150,10 +154,10 @@ class GlobalTransfer:
                     env.all_of(pending).callbacks.append(self._next_leg)
                     return
             if nbytes:
-                readers = self.world.same_address
-                if channel == "L2" and readers is not None and not self.queued:
+                world = self.world
+                if channel == "L2" and world.serialise_same_address and not self.queued:
                     self.queued = True
-                    queue = readers.setdefault(self.instr.region, deque())
+                    queue = world.same_address.setdefault(self.instr.region, deque())
                     queue.append(self)
                     if len(queue) > 1:
                         return  # the reader before it moves it on
@@ -187,7 +191,7 @@ class GlobalTransfer:
             self.follower._next_leg(None)
 
 
-def landing_delay(transfer: GlobalTransfer, previous_landing: int) -> int:
+def landing_delay(transfer: TransferInFlight, previous_landing: int) -> int:
     """How much later than it could have a transfer landed: beyond its uncontended time and
     beyond the landing of the transfer before it on its engine. These delays never overlap on
     one engine, so they add up to time, like every other stall."""

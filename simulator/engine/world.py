@@ -26,7 +26,7 @@ from collections import deque
 from functools import partial
 from itertools import chain
 from operator import attrgetter
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import simpy
@@ -34,11 +34,19 @@ import simpy
 from ..config.hardware import Hardware
 from ..cost import kernel_start_cycle, transfer_cycles
 from ..errors import CycleBudgetError, InvariantError
-from ..schedule.program import CoreProgram, Instr, Program, transfer_rate
+from ..schedule.program import (
+    CoreProgram,
+    GlobalTransfer,
+    Instruction,
+    Program,
+    Region,
+    Transfer,
+    transfer_rate,
+)
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
-from .transfer import AfterTheCycle, GlobalTransfer, landing_delay
+from .transfer import AfterTheCycle, TransferInFlight, landing_delay
 
 _TIME_BITS = 41  # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _peak_occupancy)
 # The longest run the simulator follows (its occupancy check needs 2 x cycle + 1 < 2**41):
@@ -76,19 +84,21 @@ class _Pipe:
         "landed_at",
     )
 
-    def __init__(self, name: str, queue: list[Instr], clock: int, depth: int):
+    def __init__(self, name: str, queue: Sequence[Instruction], clock: int, depth: int):
         self.name, self.queue, self.position, self.clock = name, queue, 0, clock
         self.logged: list[int] = []  # see LOGGED
         self.depth = depth
         self.in_flight = 0
         self.blocked = False  # waits for a transfer of its own to land
-        self.last_transfer: GlobalTransfer | None = None  # the next one's data follows it
+        self.last_transfer: TransferInFlight | None = None  # the next one's data follows it
         self.landed_at = clock  # when its latest global transfer landed
 
-    def must_wait_for_landing(self, instr: Instr) -> bool:
-        """An engine works its queue in order: a transfer waits for room in the queue, any
-        other instruction for the transfers before it to land."""
-        return bool(self.in_flight) and (instr.region is None or self.in_flight >= self.depth)
+    def must_wait_for_landing(self, instr: Instruction) -> bool:
+        """An engine works its queue in order: a global transfer waits for room in the queue,
+        any other instruction for the transfers before it to land."""
+        return bool(self.in_flight) and (
+            type(instr) is not GlobalTransfer or self.in_flight >= self.depth
+        )
 
 
 class _CoreState:
@@ -159,11 +169,12 @@ class World:
             for engine in hw.engines.values()
             for path in engine.path_bytes_per_cycle
         }
-        self.shaped_rates: dict[tuple[Instr, float], float] = {}  # see shaped
-        self.private_cycles: dict[Instr, int] = {}  # see _compute_private_cycles
-        self.beginning: dict[int, list[GlobalTransfer]] = {}  # see begin_at
-        # readers of one block crossing the L2 port one after another (see GlobalTransfer)
-        self.same_address: dict | None = {} if hw.l2_serialises_same_address else None
+        self.shaped_rates: dict[tuple[GlobalTransfer, float], float] = {}  # see shaped
+        self.private_cycles: dict[Instruction, int] = {}  # see _compute_private_cycles
+        self.beginning: dict[int, list[TransferInFlight]] = {}  # see begin_at
+        # readers of one block crossing the L2 port one after another (see TransferInFlight)
+        self.serialise_same_address = hw.l2_serialises_same_address
+        self.same_address: dict[Region, deque[TransferInFlight]] = {}
         self.l2_latency = hw.memories["L2"].latency_cycles
         self.hbm_latency = hw.memories["HBM"].latency_cycles
 
@@ -307,11 +318,11 @@ class World:
                         wait_data += ready - start
                     start = ready
             pipe.position += 1
-            if instr.region is not None:  # global memory: at its cycle on the global clock
+            if type(instr) is GlobalTransfer:  # at its cycle on the global clock
                 state.in_flight += 1
                 pipe.in_flight += 1
                 pipe.clock = start
-                pipe.last_transfer = GlobalTransfer(
+                pipe.last_transfer = TransferInFlight(
                     self,
                     instr,
                     start,
@@ -328,7 +339,7 @@ class World:
         if not pipe.in_flight:
             state.unfinished -= 1
 
-    def begin_at(self, cycle: int, transfer: GlobalTransfer) -> None:
+    def begin_at(self, cycle: int, transfer: TransferInFlight) -> None:
         """Begin a global transfer at `cycle`, after every other event of that cycle and in the
         order of its key among the transfers beginning then: L2 lookups of one cycle then
         happen in one order, whichever order the engine issued them in."""
@@ -344,7 +355,7 @@ class World:
         for transfer in sorted(self.beginning.pop(cycle), key=attrgetter("order")):
             transfer.begin()
 
-    def shaped(self, instr: Instr, bytes_per_cycle: float) -> float:
+    def shaped(self, instr: GlobalTransfer, bytes_per_cycle: float) -> float:
         """A global transfer's rate on a path of `bytes_per_cycle`, given its shape."""
         packet_bytes = self.packet_bytes[(instr.src, instr.dst)]
         if not packet_bytes:
@@ -357,12 +368,12 @@ class World:
             )
         return rate
 
-    def _compute_private_cycles(self, instr: Instr) -> int:
+    def _compute_private_cycles(self, instr: Instruction) -> int:
         """How long an instruction that needs no shared memory takes: compute its cycles, an
         on-chip move its engine's start latency, then its bytes at the engine's rate."""
-        if instr.src is None:
-            return instr.cycles
-        return transfer_cycles(instr.nbytes, *self.routes[(instr.src, instr.dst)])
+        if isinstance(instr, Transfer):
+            return transfer_cycles(instr.nbytes, *self.routes[(instr.src, instr.dst)])
+        return instr.cycles
 
     def _landed(
         self,
@@ -370,7 +381,7 @@ class World:
         pipe: _Pipe,
         wait_data: int,
         wait_slot: int,
-        transfer: GlobalTransfer,
+        transfer: TransferInFlight,
     ) -> None:
         """A global transfer is done: retire it and move its core on."""
         end = int(self.env.now)
@@ -402,7 +413,7 @@ class World:
         self,
         state: _CoreState,
         pipe: _Pipe,
-        instr: Instr,
+        instr: Instruction,
         start: int,
         end: int,
         wait_data: int,

@@ -22,7 +22,7 @@ from ..config.workload import Op, Tensor, Workload
 from ..cost import vector_op_cycles
 from ..errors import TilingError
 from ..ops import DTYPE_BYTES, OPS
-from .program import CoreProgram, Instr, Region, SlotRing, transfer
+from .program import CoreBuilder, Draft, Region, SlotRing, VectorOp, transfer
 from .tiling import gemm_shape, resolve_tiling, round_up
 
 UB_ALIGN_BYTES = 32  # UB and L1 addresses are 32-byte aligned (Ascend C hardware constraints)
@@ -145,7 +145,7 @@ class VectorChain:
 
     def __init__(
         self,
-        core: CoreProgram,
+        core: CoreBuilder,
         ops: list[Op],
         workload: Workload,
         hw: Hardware,
@@ -188,7 +188,7 @@ class VectorChain:
         self,
         c0: int,
         c1: int,
-        drains: dict[str, Instr] | None = None,
+        drains: dict[str, Draft] | None = None,
         held: Sequence[tuple[SlotRing, int]] = (),
     ) -> None:
         """One block of columns of the tile arrives (from L0C, or loaded from HBM), and the
@@ -201,7 +201,7 @@ class VectorChain:
             ring = self.rings[f"chain:{name}"]
             if name in self.slot_of:  # a later block of a row tile: same slot, more data
                 slot = self.slot_of[name][1]
-                instr.sets.append(ring.ready[slot])
+                instr.signals(ring.ready[slot])
             else:
                 slot = ring.fill(instr)
                 self.slot_of[name] = (ring, slot)
@@ -218,7 +218,7 @@ class VectorChain:
             last = self._run(op, r0, r1, c0, c1)
         last = last or self._last
         ring, slot = self.slot_of[self.final]
-        last.sets.append(ring.done[slot])
+        last.signals(ring.done[slot])
         region = Region(self.final, r0, r1, c0, c1)
         nbytes = region_bytes(region, self.tensors[self.final])
         store = (
@@ -226,25 +226,26 @@ class VectorChain:
             if self.in_registers
             else transfer("MTE3", f"store {region}", "UB", "HBM", nbytes, region)
         )
-        store.waits.append(ring.done[slot])
+        store.waits_for(ring.done[slot])
         ring.last_use(store, slot)
         for accumulators, held in self.held:  # the registers are free once stored
             accumulators.last_use(store, held)
         self.held = []
         self.core.emit(store)
 
-    def _load(self, name: str, r0: int, r1: int, c0: int, c1: int) -> Instr:
+    def _load(self, name: str, r0: int, r1: int, c0: int, c1: int) -> Draft:
         region = broadcast_region(self.tensors[name], r0, r1, c0, c1)
         return transfer(
             "MTE2", f"load {region}", "HBM", "UB", region_bytes(region, self.tensors[name]), region
         )
 
-    def _run(self, op: Op, r0: int, r1: int, c0: int, c1: int) -> Instr:
+    def _run(self, op: Op, r0: int, r1: int, c0: int, c1: int) -> Draft:
         spec = OPS[op.op]
         out = self.tensors[op.output]
         elems = (r1 - r0) * (c1 - c0)
         widest = max(DTYPE_BYTES[self.tensors[n].dtype] for n in (*op.inputs, op.output))
-        instr = Instr(
+        instr = Draft(
+            VectorOp,
             "VECTOR",
             f"{op.op} {op.output}[{r0}:{r1}, {c0}:{c1}]",
             nbytes=elems * DTYPE_BYTES[out.dtype],
@@ -254,7 +255,7 @@ class VectorChain:
         chain_inputs = list(dict.fromkeys(n for n in op.inputs if n in self.slot_of))
         for name in op.inputs:
             if name in self.slot_of:
-                instr.waits.extend(self.pending.pop(name, []))
+                instr.waits_for(*self.pending.pop(name, []))
                 reads.append((self.value_level, elems * DTYPE_BYTES[self.tensors[name].dtype]))
                 continue
             load = self._load(name, r0, r1, c0, c1)

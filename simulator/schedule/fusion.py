@@ -79,7 +79,7 @@ def plan_kernels(workload: Workload) -> Plan:
         }
         return Plan(tuple(_kernel([op]) for op in graph.ops if OPS[op.op].unit != "view"), reasons)
     pass_ = _FusionPass(graph)
-    plan = pass_.run() if fusion == "auto" else pass_.run_groups(fusion)
+    plan = pass_.run_groups(fusion) if isinstance(fusion, tuple) else pass_.run()
     _refuse_unused_tilings(workload, plan)
     return plan
 
@@ -279,8 +279,8 @@ class _FusionPass:
                 return None
             if name in {op.output for op in ops}:
                 continue
-            if not self._available(name):
-                producer = graph.producer(name)
+            producer = graph.producer(name)
+            if producer is not None and not self._available(name):
                 self._why(
                     user,
                     f"its other input {name} is produced by {producer.name}, which "

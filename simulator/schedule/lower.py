@@ -17,21 +17,25 @@ MTE3 stores.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from ..config.hardware import Hardware
 from ..config.workload import Workload
 from ..cost import cube_call_cycles, vector_work
 from ..errors import SimulatorError
 from ..ops import DTYPE_BYTES, OPS, operands_of
-from ..units import format_bytes_decimal as fmt_bytes
 from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, in_registers, seeds_of
+from .footprint import refuse_if_over_capacity, tensor_roles
 from .fusion import Kernel, Plan
 from .program import (
-    Instr,
+    CoreBuilder,
+    CubeBlock,
+    Draft,
+    FlagOp,
     KernelProgram,
     Program,
     Region,
     SlotRing,
-    new_core_program,
     transfer,
 )
 from .tiling import (
@@ -56,7 +60,7 @@ def lower(workload: Workload, plan: Plan) -> Program:
             "that does"
         )
     roles = tensor_roles(workload, plan)
-    _refuse_if_over_capacity(workload, roles)
+    refuse_if_over_capacity(workload, roles)
     lowered, problems = [], []
     chunks: dict = {}  # K chunks built so far, shared by matmuls of one shape and tiling
     total = 0
@@ -86,57 +90,7 @@ def lower(workload: Workload, plan: Plan) -> Program:
     compulsory = sum(nbytes for role, nbytes in roles.values() if role not in ("on_chip", "viewed"))
     nz = frozenset(t.name for t in workload.tensors.values() if t.layout == "nz")
     slices = {op.output: op.attrs["step"] for op in workload.ops if op.op == "slice"}
-    return Program(lowered, geometry, compulsory, roles, nz, slices)
-
-
-# Roles of tensors that occupy HBM while the workload runs (a view shares its source's bytes,
-# an on-chip value never reaches HBM).
-RESIDENT_ROLES = ("weight", "cache", "activation", "intermediate", "output", "viewed")
-
-
-def tensor_roles(workload: Workload, plan: Plan) -> dict[str, tuple[str, int]]:
-    """name -> (role, bytes) for every tensor the kernels touch."""
-    tensors = workload.tensors
-    produced = {op.output for kernel in plan.kernels for op in kernel.ops}
-    consumed = {name for kernel in plan.kernels for op in kernel.ops for name in op.inputs}
-    written = {kernel.output for kernel in plan.kernels}
-    roles = {}
-    for name in sorted(consumed | produced):
-        if name not in produced and tensors[name].kind == "intermediate":
-            role = "view"  # a reshape or a slice of a tensor in HBM
-        elif name not in produced:
-            role = tensors[name].kind  # activation, weight or cache: from HBM
-        elif name not in written:
-            role = "on_chip"  # lives and dies inside one fused kernel
-        elif name in consumed:
-            role = "intermediate"  # written by one kernel, read by another
-        else:
-            role = "output"
-        roles[name] = (role, tensors[name].nbytes)
-    for op in workload.ops:  # an input that kernels read only through a view of it
-        if OPS[op.op].unit == "view" and op.output in roles and op.inputs[0] not in roles:
-            roles[op.inputs[0]] = ("viewed", tensors[op.inputs[0]].nbytes)
-    return roles
-
-
-def footprint_bytes(roles: dict[str, tuple[str, int]]) -> dict[str, int]:
-    """HBM bytes per resident role, and their total (nothing is freed while a workload runs)."""
-    by_role = {role: sum(n for r, n in roles.values() if r == role) for role in RESIDENT_ROLES}
-    return {**by_role, "total": sum(by_role.values())}
-
-
-def _refuse_if_over_capacity(workload: Workload, roles: dict[str, tuple[str, int]]) -> None:
-    footprint = footprint_bytes(roles)
-    capacity = workload.hardware.memories["HBM"].capacity_bytes
-    if footprint["total"] > capacity:
-        parts = ", ".join(
-            f"{role}s {fmt_bytes(n)}" for role, n in footprint.items() if n and role != "total"
-        )
-        raise SimulatorError(
-            f"{workload.source}: the tensors need {fmt_bytes(footprint['total'])} of HBM "
-            f"({parts}) but {workload.hardware.name} has {fmt_bytes(capacity)}; use a smaller "
-            "problem or a chip with more HBM"
-        )
+    return Program(tuple(lowered), geometry, compulsory, roles, nz, slices)
 
 
 def _operand_region(
@@ -152,6 +106,18 @@ def _operand_region(
         rows, cols = cols, rows
     offset = batch * shape[-2]
     return Region(name, offset + rows[0], offset + rows[1], cols[0], cols[1])
+
+
+class _Step(NamedTuple):
+    """One K chunk of one output block, as a core runs it."""
+
+    batch: int
+    rows: tuple[int, int]  # of the output block
+    cols: tuple[int, int]
+    depth: tuple[int, int]  # the chunk's K range
+    regions: list[Region]  # the L1 chunk each side (A, then each B) needs
+    fresh: list[bool]  # per side: staged now, or equal to the chunk staged before and reused
+    cell_cols: tuple[int, int]  # the columns of the core's cell the block belongs to
 
 
 def lower_matmul(
@@ -176,10 +142,12 @@ def lower_matmul(
     chunks = chunks_by_shape.setdefault((shape, t), {})
     multicast = multicast_sides(t, hw.multicast_cores, len(kernel.gemms))
     # cell i runs on core i mod cores: one cell each, or with `split: blocks` in waves
-    cores = [
-        _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast).emit(cells[core :: hw.cores])
+    cores = tuple(
+        _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast)
+        .emit(cells[core :: hw.cores])
+        .build()
         for core in range(min(hw.cores, len(cells)))
-    ]
+    )
     ins = {name for op in kernel.ops for name in op.inputs} - {op.output for op in kernel.ops}
     plan = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
     if kernel.epilogue:
@@ -278,7 +246,7 @@ class _MatmulCore:
     def emit(self, cells: list[tuple[range, tuple[int, int], tuple[int, int]]]):
         """The core's program for its cells (batches, rows, columns), one after another."""
         t, shape = self.t, self.shape
-        core = self.core = new_core_program()
+        core = self.core = CoreBuilder()
         chunk_k = t.base_k * t.step_k
         g = len(self.bs)
         self.l1_a = SlotRing(core, "L1", t.base_m * chunk_k * shape.a_bytes, t.buffers)
@@ -306,7 +274,7 @@ class _MatmulCore:
                 cols,
                 t.base_n,
             )
-        steps = []
+        steps: list[_Step] = []
         for batches, (m0, m1), (n0, n1) in cells:
             blocks = [
                 (b, bm, bn)
@@ -317,20 +285,20 @@ class _MatmulCore:
             if t.order == "m":
                 blocks.sort(key=lambda block: (block[0], block[2], block[1]))
             steps += self._plan_steps(
-                blocks, (m1, n0, n1), chunk_k, steps[-1][4] if steps else None
+                blocks, (m1, n0, n1), chunk_k, steps[-1].regions if steps else None
             )
         self._emit_steps(steps)
         return core
 
     def _plan_steps(
         self, blocks, cell: tuple[int, int, int], chunk_k: int, staged_before: list[Region] | None
-    ) -> list:
+    ) -> list[_Step]:
         """Each (block, K chunk) of one cell with the L1 chunks it needs and whether each is
         fresh: a chunk equal to the one staged just before is reused in place."""
         t, shape = self.t, self.shape
         m1, n0, n1 = cell
         staged: dict[int, Region | None] = dict(enumerate(staged_before or ()))
-        steps = []
+        steps: list[_Step] = []
         for b, bm, bn in blocks:
             rows, cols = (bm, min(m1, bm + t.base_m)), (bn, min(n1, bn + t.base_n))
             for kc in range(0, shape.k, chunk_k):
@@ -342,17 +310,17 @@ class _MatmulCore:
                 ]
                 fresh = [staged.get(side) != key for side, key in enumerate(keys)]
                 staged.update(enumerate(keys))
-                steps.append((b, rows, cols, depth, keys, fresh, (n0, n1)))
+                steps.append(_Step(b, rows, cols, depth, keys, fresh, (n0, n1)))
         return steps
 
-    def _emit_steps(self, steps: list) -> None:
+    def _emit_steps(self, steps: list[_Step]) -> None:
         core = self.core
         l1 = [self.l1_a, *self.l1_b]
         last_use = {}
         for side in range(len(l1)):
             current = None
             for index, step in enumerate(steps):
-                if step[5][side]:
+                if step.fresh[side]:
                     current = index
                 last_use[(side, current)] = index
         slot_of = {}
@@ -414,7 +382,7 @@ class _MatmulCore:
 
     def _build_chunk(
         self, rows: int, cols: int, kc: int, kc1: int, sides: tuple, acc_slots: list[int]
-    ) -> tuple[list[Instr], list[Instr], list[int]]:
+    ) -> tuple[list[Draft], list[Draft], list[int]]:
         t, shape = self.t, self.shape
         fm, fn, fk = self.fractal
         l1 = [self.l1_a, *self.l1_b]
@@ -442,7 +410,8 @@ class _MatmulCore:
             if first_k:
                 acc_slots = []
             for gemm, acc in enumerate(self.l0_c):
-                mmad = Instr(
+                mmad = Draft(
+                    CubeBlock,
                     "CUBE",
                     f"mmad {rows}x{cols}x{depth}",
                     cycles=cube_call_cycles(
@@ -459,11 +428,10 @@ class _MatmulCore:
                     a_ring.last_use(mmad, a_slot)
                 b_ring.first_use(mmad, b_slot)
                 b_ring.last_use(mmad, b_slot)
-                if first_k:
-                    acc_slots.append(acc.fill(mmad))
-                    mmad.sets.remove(acc.ready[acc_slots[gemm]])  # ready after the last k
+                if first_k:  # the accumulator is ready after the last k
+                    acc_slots.append(acc.fill(mmad, marks_ready=False))
                 if last_k:
-                    mmad.sets.append(acc.ready[acc_slots[gemm]])
+                    mmad.signals(acc.ready[acc_slots[gemm]])
                 mmads.append(mmad)
         return moves, mmads, acc_slots
 
@@ -480,7 +448,7 @@ class _MatmulCore:
             if self.chain and self.chain.in_registers:
                 # the epilogue works on the accumulators in place: a hand-over, no move; the
                 # accumulator stays taken until the chain stores the tile
-                drain = Instr("FIXPIPE", f"hand over {region}")
+                drain = Draft(FlagOp, "FIXPIPE", f"hand over {region}")
                 acc.first_use(drain, slot)
                 held.append((acc, slot))
                 drains[out] = drain
@@ -565,14 +533,14 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
     tiles = [(r, c) for r in range(0, rows, tile_rows) for c in range(0, cols, tile_cols)]
     cores = []
     for core_index in range(min(hw.cores, len(tiles))):
-        core = new_core_program()
+        core = CoreBuilder()
         chain = VectorChain(core, ops, workload, hw, buffers, tile_rows, tile_cols)
         for r0, c0 in tiles[core_index :: hw.cores]:
             r1, c1 = min(rows, r0 + tile_rows), min(cols, c0 + tile_cols)
             chain.begin_tile(r0, r1, c0, c1)
             chain.block(c0, c1)
             chain.end_tile()
-        cores.append(core)
+        cores.append(core.build())
     ins = {name for op in ops for name in op.inputs} - {op.output for op in ops}
     return KernelProgram(
         kernel.name,
@@ -581,7 +549,7 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         "vector",
         out.dtype,
         _flops(ops, tensors),
-        cores,
+        tuple(cores),
         None,
         sum(tensors[n].nbytes for n in ins),
         out.nbytes,

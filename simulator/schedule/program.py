@@ -9,7 +9,9 @@ per slot: `ready` (data written, cause of a wait: "data") and `free`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass, field
+from typing import Any, ClassVar
 
 from ..cost import block_packets, run_packets, shaped_rate, strided_read_factor
 from ..errors import InvariantError
@@ -34,28 +36,135 @@ class Region:
         return f"{self.tensor}[{self.row0}:{self.row1}, {self.col0}:{self.col1}]"
 
 
-@dataclass(slots=True, eq=False)
-class Instr:
-    """One instruction of one pipe. Identity is the instruction: the lowering reuses one
-    object wherever the same instruction recurs (so it hashes by identity)."""
+@dataclass(frozen=True, slots=True, eq=False)
+class InstructionBase:
+    """What every instruction has: the pipe that runs it, its trace label, the bytes it moves or
+    produces and the levels it reads and writes, and its synchronisation: the flags it waits on
+    before it starts and sets when it ends, the buffer slot it takes at its start and the slots
+    it frees at its end. Frozen and compared by identity: lowering shares one object wherever
+    the same instruction recurs (on every core, every block), and the engine and the analysis
+    cache per instruction, which is sound only because nothing changes one after lowering."""
 
     pipe: str
     label: str
-    src: str | None = None  # transfers: source and destination levels
-    dst: str | None = None
-    nbytes: int = 0  # bytes moved (transfers) or processed (compute)
-    cycles: int = 0  # compute: busy cycles, latency included
-    region: Region | None = None  # the tensor rectangle read from or written to HBM/L2
+    _: KW_ONLY
+    nbytes: int = 0  # bytes moved (transfers) or produced (vector ops)
     reads: tuple[tuple[str, int], ...] = ()  # (level, bytes) this instruction reads
     writes: tuple[tuple[str, int], ...] = ()  # (level, bytes) this instruction writes
-    waits: list[int] = field(default_factory=list)
-    sets: list[int] = field(default_factory=list)
+    waits: tuple[int, ...] = ()
+    sets: tuple[int, ...] = ()
     acquire: tuple[str, int] | None = None  # buffer slot taken at start
     release: tuple[tuple[str, int], ...] = ()  # slots freed at end
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Transfer(InstructionBase):
+    """An on-chip data movement by a DMA engine (L1 → L0A, L0C → UB): only its own engine
+    times it."""
+
+    src: str
+    dst: str
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class GlobalTransfer(Transfer):
+    """A transfer to or from global memory: it reads or writes HBM through L2, and shares
+    their bandwidth with every core."""
+
+    region: Region  # the tensor rectangle read from or written to HBM/L2
     multicast: int = 1  # cores one L2 read of this region serves at once
 
 
-def transfer_packets(instr: Instr, program: Program, packet_bytes: int) -> int:
+@dataclass(frozen=True, slots=True, eq=False)
+class CubeBlock(InstructionBase):
+    """One Cube call: a base block's multiply-accumulate from L0A and L0B into L0C."""
+
+    cycles: int  # busy cycles, latency included
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class VectorOp(InstructionBase):
+    """One op of a vector chain on one tile, in UB (or in the accumulators, in_registers)."""
+
+    cycles: int  # busy cycles, latency included
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class FlagOp(InstructionBase):
+    """Synchronisation alone: a pipe hands data over by setting flags (FIXPIPE handing the
+    accumulators to an epilogue that works on them in place). It takes no time."""
+
+    cycles: ClassVar[int] = 0
+
+
+Instruction = Transfer | GlobalTransfer | CubeBlock | VectorOp | FlagOp
+
+
+class Draft:
+    """An instruction while lowering builds it. A producer's slot and flags are chosen before
+    its consumers exist, so synchronisation is attached as the schedule learns it; `build()`
+    then makes the frozen instruction once, and every later call returns that same object (a
+    draft emitted on many cores stays one instruction). A draft changed after it was built
+    is a lowering bug, refused."""
+
+    __slots__ = (
+        *("kind", "pipe", "label", "nbytes", "reads", "writes", "fields"),
+        *("waits", "sets", "acquire", "release", "_built"),
+    )
+
+    def __init__(
+        self,
+        kind: type[Instruction],
+        pipe: str,
+        label: str,
+        nbytes: int = 0,
+        reads: tuple[tuple[str, int], ...] = (),
+        writes: tuple[tuple[str, int], ...] = (),
+        **fields: Any,
+    ):
+        self.kind, self.pipe, self.label, self.nbytes = kind, pipe, label, nbytes
+        self.reads, self.writes, self.fields = reads, writes, fields
+        self.waits: list[int] = []
+        self.sets: list[int] = []
+        self.acquire: tuple[str, int] | None = None
+        self.release: list[tuple[str, int]] = []
+        self._built: Instruction | None = None
+
+    def waits_for(self, *flags: int) -> None:
+        self._unbuilt().waits.extend(flags)
+
+    def signals(self, flag: int) -> None:
+        self._unbuilt().sets.append(flag)
+
+    def takes(self, buffer: str, nbytes: int) -> None:
+        self._unbuilt().acquire = (buffer, nbytes)
+
+    def frees(self, buffer: str, nbytes: int) -> None:
+        self._unbuilt().release.append((buffer, nbytes))
+
+    def _unbuilt(self) -> Draft:
+        if self._built is not None:
+            raise InvariantError(f"{self.label}: changed after it was built")
+        return self
+
+    def build(self) -> Instruction:
+        if self._built is None:
+            self._built = self.kind(
+                self.pipe,
+                self.label,
+                nbytes=self.nbytes,
+                reads=self.reads,
+                writes=self.writes,
+                waits=tuple(self.waits),
+                sets=tuple(self.sets),
+                acquire=self.acquire,
+                release=tuple(self.release),
+                **self.fields,
+            )
+        return self._built
+
+
+def transfer_packets(instr: GlobalTransfer, program: Program, packet_bytes: int) -> int:
     """The packets a global transfer moves its region as (cost.block_packets); a slice read in
     place moves a run per row (each assumed to start on a packet boundary), or per element
     if strided."""
@@ -80,13 +189,13 @@ def transfer_packets(instr: Instr, program: Program, packet_bytes: int) -> int:
     )
 
 
-def moved_bytes(instr: Instr, program: Program) -> int:
+def moved_bytes(instr: GlobalTransfer, program: Program) -> int:
     """The bytes a global transfer moves: its own, or a strided slice's whole sectors."""
     return instr.nbytes * program.read_factor(instr.region.tensor)
 
 
 def transfer_rate(
-    instr: Instr, program: Program, path_bytes_per_cycle: float, packet_bytes: int
+    instr: GlobalTransfer, program: Program, path_bytes_per_cycle: float, packet_bytes: int
 ) -> float:
     """A global transfer's rate on a path: the path's, or lower if its packets take longer
     than its bytes (cost.shaped_rate)."""
@@ -109,50 +218,70 @@ def transfer(
     region: Region | None = None,
     read_bytes: int | None = None,
     multicast: int = 1,
-) -> Instr:
+) -> Draft:
     """A data movement; `read_bytes` differs from `nbytes` when the engine converts in flight,
     and `multicast` counts the cores that stage the same region from one L2 read."""
-    return Instr(
+    reads, writes = ((src, nbytes if read_bytes is None else read_bytes),), ((dst, nbytes),)
+    if region is None:
+        return Draft(Transfer, pipe, label, nbytes, reads, writes, src=src, dst=dst)
+    return Draft(
+        GlobalTransfer,
         pipe,
         label,
-        src,
-        dst,
         nbytes,
+        reads,
+        writes,
+        src=src,
+        dst=dst,
         region=region,
-        reads=((src, nbytes if read_bytes is None else read_bytes),),
-        writes=((dst, nbytes),),
         multicast=multicast,
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class CoreProgram:
-    queues: dict[str, list[Instr]]
-    flag_initial: list[int]
-    flag_cause: list[str]
+    """One core's part of a kernel: an in-order queue per pipe, and its flags' initial counts
+    and causes (see the module docstring)."""
 
-    def new_flag(self, initial: int, cause: str) -> int:
-        self.flag_initial.append(initial)
-        self.flag_cause.append(cause)
-        return len(self.flag_initial) - 1
-
-    def emit(self, instr: Instr) -> Instr:
-        self.queues[instr.pipe].append(instr)
-        return instr
+    queues: Mapping[str, tuple[Instruction, ...]]
+    flag_initial: tuple[int, ...]
+    flag_cause: tuple[str, ...]
 
     @property
     def instruction_count(self) -> int:
         return sum(len(q) for q in self.queues.values())
 
 
-def new_core_program() -> CoreProgram:
-    return CoreProgram({pipe: [] for pipe in PIPES}, [], [])
+class CoreBuilder:
+    """A core's program while lowering writes it: drafts appended to each pipe's queue, flags
+    numbered as they are made. `build()` freezes it into a CoreProgram."""
+
+    def __init__(self) -> None:
+        self.queues: dict[str, list[Draft]] = {pipe: [] for pipe in PIPES}
+        self.flag_initial: list[int] = []
+        self.flag_cause: list[str] = []
+
+    def new_flag(self, initial: int, cause: str) -> int:
+        self.flag_initial.append(initial)
+        self.flag_cause.append(cause)
+        return len(self.flag_initial) - 1
+
+    def emit(self, draft: Draft) -> Draft:
+        self.queues[draft.pipe].append(draft)
+        return draft
+
+    def build(self) -> CoreProgram:
+        return CoreProgram(
+            {pipe: tuple(draft.build() for draft in queue) for pipe, queue in self.queues.items()},
+            tuple(self.flag_initial),
+            tuple(self.flag_cause),
+        )
 
 
 class SlotRing:
     """`count` equal slots of one buffer, filled in turn by one pipe and drained by another."""
 
-    def __init__(self, core: CoreProgram, buffer: str, slot_bytes: int, count: int):
+    def __init__(self, core: CoreBuilder, buffer: str, slot_bytes: int, count: int):
         self.buffer = buffer
         self.slot_bytes = slot_bytes
         self.ready = [core.new_flag(0, "data") for _ in range(count)]
@@ -161,8 +290,9 @@ class SlotRing:
         self.done = [core.new_flag(0, "data") for _ in range(count)]
         self.next = 0
 
-    def fill(self, producer: Instr) -> int:
-        """The producer takes the next slot (waiting until it is free) and marks it ready."""
+    def fill(self, producer: Draft, marks_ready: bool = True) -> int:
+        """The producer takes the next slot (waiting until it is free) and, unless told not to
+        (an accumulator is ready only after its last K block), marks it ready."""
         if producer.nbytes > self.slot_bytes:
             raise InvariantError(
                 f"{producer.label}: {producer.nbytes} B into a "
@@ -170,20 +300,21 @@ class SlotRing:
             )
         slot = self.next
         self.next = (slot + 1) % len(self.ready)
-        producer.waits.append(self.free[slot])
-        producer.sets.append(self.ready[slot])
-        producer.acquire = (self.buffer, self.slot_bytes)
+        producer.waits_for(self.free[slot])
+        if marks_ready:
+            producer.signals(self.ready[slot])
+        producer.takes(self.buffer, self.slot_bytes)
         return slot
 
-    def first_use(self, consumer: Instr, slot: int) -> None:
-        consumer.waits.append(self.ready[slot])
+    def first_use(self, consumer: Draft, slot: int) -> None:
+        consumer.waits_for(self.ready[slot])
 
-    def last_use(self, consumer: Instr, slot: int) -> None:
-        consumer.sets.append(self.free[slot])
-        consumer.release += ((self.buffer, self.slot_bytes),)
+    def last_use(self, consumer: Draft, slot: int) -> None:
+        consumer.signals(self.free[slot])
+        consumer.frees(self.buffer, self.slot_bytes)
 
 
-@dataclass
+@dataclass(frozen=True)
 class KernelProgram:
     """One kernel lowered for every core, plus what the analysis needs to judge it."""
 
@@ -193,11 +324,11 @@ class KernelProgram:
     unit: str  # "cube" or "vector"
     dtype: str
     flops: int
-    cores: list[CoreProgram]
-    tiling: dict | None
+    cores: tuple[CoreProgram, ...]
+    tiling: Mapping[str, Any] | None
     compulsory_read_bytes: int  # inputs read once from HBM
     compulsory_write_bytes: int  # outputs written once to HBM
-    buffer_plan_bytes: dict[str, int] = field(default_factory=dict)  # slots reserved per core
+    buffer_plan_bytes: Mapping[str, int] = field(default_factory=dict)  # slots reserved per core
     vector_work_bytes: float = 0.0  # vector ops: bytes × op cost factor
     cube_flops: int = 0  # the part of `flops` the Cube does
     gemms: int = 0  # GEMMs sharing each A block (dual GEMM: 2)
@@ -207,14 +338,17 @@ class KernelProgram:
         return sum(core.instruction_count for core in self.cores)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Program:
-    kernels: list[KernelProgram]
-    tensor_geometry: dict[str, tuple[int, int, int]]  # tensor -> (rows, cols, element bytes)
+    """What lowering hands the engine, frozen: every kernel's per-core programs, and the
+    tensors' geometry and layout the engine needs to shape global transfers."""
+
+    kernels: tuple[KernelProgram, ...]
+    tensor_geometry: Mapping[str, tuple[int, int, int]]  # tensor -> (rows, cols, element bytes)
     compulsory_hbm_bytes: int  # external inputs once + outputs once
-    tensor_roles: dict[str, tuple[str, int]] = field(default_factory=dict)  # name -> (role, bytes)
+    tensor_roles: Mapping[str, tuple[str, int]] = field(default_factory=dict)  # (role, bytes)
     nz_tensors: frozenset[str] = frozenset()  # stored in Ascend's fractal NZ layout
-    slice_steps: dict[str, int] = field(default_factory=dict)  # slice views read in place
+    slice_steps: Mapping[str, int] = field(default_factory=dict)  # slice views read in place
 
     @property
     def instruction_count(self) -> int:

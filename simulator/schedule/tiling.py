@@ -419,7 +419,7 @@ def estimate_cycles(
     waves = t.waves(hw.cores)  # cells the busiest core runs one after another
     blocks = batch * m_blocks * n_blocks * waves
     rows = min(t.base_m, shape.m)
-    cube = (
+    cube: float = (
         blocks
         * k_blocks
         * g

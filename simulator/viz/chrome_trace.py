@@ -23,10 +23,9 @@ HBM_BIN_CYCLES = 1000  # HBM bandwidth counter resolution
 def chrome_trace_events(report) -> list[dict]:
     if report.trace is None:
         raise ValueError("this report carries no trace (it was loaded from JSON)")
-    d = report.data
-    us = us_per_cycle(d["clock_ghz"])
+    us = us_per_cycle(report.clock_ghz)
     events: list[dict] = [
-        {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": f"{d['hardware']} chip"}}
+        {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": f"{report.hardware} chip"}}
     ]
     cores = sorted({r.core for r in report.trace.records})
     for core in cores:
@@ -51,7 +50,7 @@ def chrome_trace_events(report) -> list[dict]:
                     "args": {"name": pipe},
                 }
             )
-    kernel_names = [k["name"] for k in d["kernels"]]
+    kernel_names = [k.name for k in report.kernels]
     tid_of = {pipe: tid for tid, pipe in enumerate(PIPES)}
     occupancy: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
     hbm_bins: dict[int, float] = defaultdict(float)
@@ -98,7 +97,7 @@ def chrome_trace_events(report) -> list[dict]:
                     "args": {"bytes": level},
                 }
             )
-    bytes_per_cycle_to_gbps = d["clock_ghz"]
+    bytes_per_cycle_to_gbps = report.clock_ghz
     for index in range(max(hbm_bins, default=-1) + 2):
         rate = hbm_bins.get(index, 0.0) / HBM_BIN_CYCLES * bytes_per_cycle_to_gbps
         events.append(
@@ -148,8 +147,8 @@ def write_chrome_trace(report, path: str | Path) -> None:
     trace = {
         "otherData": {
             "format": format_mark("trace"),
-            "workload": report.data["workload"],
-            "hardware": report.data["hardware"],
+            "workload": report.workload,
+            "hardware": report.hardware,
             "time_unit": "microseconds of simulated time",
         },
         "traceEvents": chrome_trace_events(report),

@@ -142,9 +142,8 @@ def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
     each instruction shaded by its cause."""
     if report.trace is None:
         raise ValueError("this report carries no trace (it was loaded from JSON)")
-    d = report.data
-    us = us_per_cycle(d["clock_ghz"])
-    start, end = window_cycles or (0, d["cycles"])
+    us = us_per_cycle(report.clock_ghz)
+    start, end = window_cycles or (0, report.cycles)
     rows = [(core, pipe) for core in cores for pipe in PIPES]
     busy = {row: [] for row in rows}
     waits = {(row, cause): [] for row in rows for cause in STALL_COLORS}
@@ -174,7 +173,7 @@ def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
     ax.invert_yaxis()
     ax.set_xlim(start * us, end * us)
     ax.set_xlabel("time (µs)")
-    ax.set_title(f"{d['workload']}: timeline of cores {', '.join(map(str, cores))}")
+    ax.set_title(f"{report.workload}: timeline of cores {', '.join(map(str, cores))}")
     ax.legend(
         handles=[Patch(color=c, alpha=0.6, label=STALL_LABELS[k]) for k, c in STALL_COLORS.items()],
         fontsize=7,
@@ -378,7 +377,7 @@ def write_plots(report, directory, save: Callable | None = None) -> list[Path]:
     draws = (
         lambda path: plot_roofline(report, path),
         lambda path: plot_timeline(report, path, cores=tuple(cores)),
-        lambda path: plot_traffic({report.data["workload"]: report}, path),
+        lambda path: plot_traffic({report.workload: report}, path),
         lambda path: plot_utilization(report, path),
     )
     paths = [directory / name for name in PLOT_FILES]

@@ -1,0 +1,62 @@
+"""What a workload keeps in HBM: each tensor's role (from the kernels that read and write it)
+and the bytes per role. Nothing is freed while a workload runs, so the footprint is the sum."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..config.workload import Workload
+from ..errors import SimulatorError
+from ..ops import OPS
+from ..units import format_bytes_decimal as fmt_bytes
+from .fusion import Plan
+
+# Roles of tensors that occupy HBM while the workload runs (a view shares its source's bytes,
+# an on-chip value never reaches HBM).
+RESIDENT_ROLES = ("weight", "cache", "activation", "intermediate", "output", "viewed")
+
+
+def tensor_roles(workload: Workload, plan: Plan) -> dict[str, tuple[str, int]]:
+    """name -> (role, bytes) for every tensor the kernels touch."""
+    tensors = workload.tensors
+    produced = {op.output for kernel in plan.kernels for op in kernel.ops}
+    consumed = {name for kernel in plan.kernels for op in kernel.ops for name in op.inputs}
+    written = {kernel.output for kernel in plan.kernels}
+    roles = {}
+    for name in sorted(consumed | produced):
+        if name not in produced and tensors[name].kind == "intermediate":
+            role = "view"  # a reshape or a slice of a tensor in HBM
+        elif name not in produced:
+            role = tensors[name].kind  # activation, weight or cache: from HBM
+        elif name not in written:
+            role = "on_chip"  # lives and dies inside one fused kernel
+        elif name in consumed:
+            role = "intermediate"  # written by one kernel, read by another
+        else:
+            role = "output"
+        roles[name] = (role, tensors[name].nbytes)
+    for op in workload.ops:  # an input that kernels read only through a view of it
+        if OPS[op.op].unit == "view" and op.output in roles and op.inputs[0] not in roles:
+            roles[op.inputs[0]] = ("viewed", tensors[op.inputs[0]].nbytes)
+    return roles
+
+
+def footprint_bytes(roles: Mapping[str, tuple[str, int]]) -> dict[str, int]:
+    """HBM bytes per resident role, and their total (nothing is freed while a workload runs)."""
+    by_role = {role: sum(n for r, n in roles.values() if r == role) for role in RESIDENT_ROLES}
+    return {**by_role, "total": sum(by_role.values())}
+
+
+def refuse_if_over_capacity(workload: Workload, roles: Mapping[str, tuple[str, int]]) -> None:
+    """A workload whose tensors do not fit in HBM is refused with the bytes per role."""
+    footprint = footprint_bytes(roles)
+    capacity = workload.hardware.memories["HBM"].capacity_bytes
+    if footprint["total"] > capacity:
+        parts = ", ".join(
+            f"{role}s {fmt_bytes(n)}" for role, n in footprint.items() if n and role != "total"
+        )
+        raise SimulatorError(
+            f"{workload.source}: the tensors need {fmt_bytes(footprint['total'])} of HBM "
+            f"({parts}) but {workload.hardware.name} has {fmt_bytes(capacity)}; use a smaller "
+            "problem or a chip with more HBM"
+        )
