@@ -114,8 +114,8 @@ class Trace:
     """Everything a run did, kept as compact per-pipe logs rather than records: the analysis
     reads columns of them, and only plots and Chrome traces ask for full records."""
 
-    pipes: list[PipeLog]  # by kernel, core, pipe
-    kernels: list[KernelSpan]
+    pipes: Sequence[PipeLog]  # by kernel, core, pipe
+    kernels: Sequence[KernelSpan]
     cycles: int
     l2_hits: int
     l2_misses: int
