@@ -32,7 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
-        commands = {"run": _run, "plan": _plan, "compare": _compare, "sweep": _sweep, "tune": _tune}
+        commands = {
+            "run": _run,
+            "plan": _plan,
+            "compare": _compare,
+            "sweep": _sweep,
+            "tune": _tune,
+            "infer": _infer,
+        }
         with gc_paused():
             return commands[args.command](args)
     except SimulatorError as exc:
@@ -118,6 +125,55 @@ def _plan(args) -> int:
 
     workload = load_workload(args.workload, args.overrides)
     print(render_plan(workload, plan(workload)))
+    return 0
+
+
+def _infer(args) -> int:
+    from tqdm import tqdm
+
+    from .config.hardware import load_hardware
+    from .config.model import load_model
+    from .config.strict import HARDWARE_PREFIX, parse_override
+    from .inference import infer
+
+    out = Output("--json", Path(args.json), "json") if args.json and args.json != "-" else None
+    check_outputs([out] if out else [], args.force, (args.model,))
+    pairs = [parse_override(text) for text in args.overrides]
+    hardware = load_hardware(
+        args.hardware,
+        [(p[len(HARDWARE_PREFIX) :], v) for p, v in pairs if p.startswith(HARDWARE_PREFIX)],
+    )
+    model = load_model(args.model, [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)])
+    tty = sys.stderr.isatty()
+    bar = tqdm(desc=f"infer {model.name}", unit="step", leave=False) if tty else None
+
+    def on_step(what: str) -> None:
+        if bar:
+            bar.set_postfix_str(what)
+            bar.update()
+
+    try:
+        report = infer(
+            model,
+            hardware,
+            batch=args.batch,
+            prompt=args.prompt,
+            generate=args.generate,
+            fusion=args.fusion,
+            weights=args.weights,
+            exact=args.exact,
+            on_step=on_step,
+        )
+    finally:
+        if bar:
+            bar.close()
+    if args.json == "-":
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print(report.summary())
+    if out:
+        write_json(out, "inference", report.to_dict())
+        print(f"\nreport written to {args.json}")
     return 0
 
 

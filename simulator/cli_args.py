@@ -93,6 +93,50 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _max_cycles(compare)
 
+    infer = sub.add_parser(
+        "infer",
+        help="simulate a model's inference: time to first token, time per token, memory",
+        description="Generate every step of one inference request from a model config "
+        "(a shipped name or a Hugging Face config.json), simulate it and report the time to "
+        "first token, the time per output token, where the time goes and the memory it "
+        "needs. Layers that repeat and decode contexts between simulated ones are reused and "
+        "interpolated (the report says how); --exact simulates everything.",
+    )
+    infer.add_argument("model", help="a shipped model (llama2-7b, ...) or a config.json path")
+    infer.add_argument(
+        "--hardware", default="ascend910", help="preset or hardware file (default ascend910)"
+    )
+    infer.add_argument("--batch", type=_count, default=1, help="sequences at once (default 1)")
+    infer.add_argument(
+        "--prompt", type=_count, default=128, help="prompt tokens per sequence (default 128)"
+    )
+    infer.add_argument(
+        "--generate",
+        type=_whole,
+        default=128,
+        help="tokens generated per sequence (default 128; 0: the prefill alone)",
+    )
+    infer.add_argument(
+        "--fusion", choices=("none", "auto"), default="auto", help="fusion pass (default auto)"
+    )
+    infer.add_argument(
+        "--weights", choices=("fp16", "int8"), default="fp16", help="weight dtype (default fp16)"
+    )
+    infer.add_argument(
+        "--exact", action="store_true", help="simulate every layer of every decode step"
+    )
+    _overrides(
+        infer,
+        "change a model field (num_key_value_heads=8) or, prefixed with hardware., a "
+        "hardware one (hardware.HBM.bandwidth=2TB/s); repeatable",
+    )
+    infer.add_argument(
+        "--json", type=_file, metavar="FILE", help="also write the report as JSON ('-': stdout)"
+    )
+    infer.add_argument(
+        "--force", action="store_true", help="overwrite an existing --json file that is not ours"
+    )
+
     tune = sub.add_parser(
         "tune",
         help="search the tiling of every matmul kernel",
@@ -208,6 +252,17 @@ def _workers(text: str) -> int:
             f"{value} is more worker processes than the "
             f"{MAX_WORKERS} this machine could sensibly run"
         )
+    return value
+
+
+def _whole(text: str) -> int:
+    """A whole number option, 0 allowed."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 0")
     return value
 
 

@@ -66,6 +66,7 @@ class OpSpec:
     flops_per_element: int  # vector ops: an estimate, for the roofline's FLOP count
     infer: Callable[..., tuple[Shape, str]]
     rowwise: bool = False
+    gathers: bool = False  # reads only as many rows of its input as it writes
     attrs: dict[str, tuple[Callable[[Any], Any], Any]] = field(default_factory=dict)
 
     def parse_attrs(self, raw: dict) -> dict[str, Any]:
@@ -273,6 +274,15 @@ def _slice(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
     return (*x.shape[:-1], -(-(stop - start) // step)), x.dtype
 
 
+def _gather(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+    x, rows = operands[0], attrs["rows"]
+    if len(x.shape) != 2 or rows > x.shape[0]:
+        raise ValueError(
+            f"gather takes rows of a 2-D table: {rows} rows of {x.name} {list(x.shape)}"
+        )
+    return (rows, x.shape[1]), x.dtype
+
+
 def _index(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"expected a whole number of at least 0, got {value!r}")
@@ -296,7 +306,7 @@ def _dims(value: Any) -> tuple[int, ...]:
     return tuple(value)
 
 
-REQUIRED_ATTRS = {"cast": ("to",), "reshape": ("shape",)}
+REQUIRED_ATTRS = {"cast": ("to",), "reshape": ("shape",), "gather": ("rows",)}
 _TRANSPOSE = {"transpose_a": (_bool, False), "transpose_b": (_bool, False)}
 
 OPS: dict[str, OpSpec] = {
@@ -327,6 +337,9 @@ OPS: dict[str, OpSpec] = {
         # SiLU x·sigmoid(x) and tanh-GELU need an exp and a division: a handful of FLOPs each.
         OpSpec("silu", "vector", (1, 1), "transcendental", 4, _elementwise("silu")),
         OpSpec("gelu", "vector", (1, 1), "transcendental", 8, _elementwise("gelu")),
+        # rotary position embedding: x·cos + rotate(x)·sin, the angle tables held on chip
+        # (a row of head_dim per position, small beside x): two multiplies and an add
+        OpSpec("rope", "vector", (1, 1), "elementwise", 3, _elementwise("rope")),
         # max, subtract, exp, sum, divide along the row
         OpSpec(
             "softmax", "vector", (1, 1), "transcendental", 5, _elementwise("softmax"), rowwise=True
@@ -354,6 +367,18 @@ OPS: dict[str, OpSpec] = {
             attrs={"to": (_dtype, "fp16")},
         ),
         OpSpec("cast", "vector", (1, 1), "elementwise", 0, _cast, attrs={"to": (_dtype, None)}),
+        # rows of a table by index (an embedding lookup, a sequence's last token): the
+        # indices are data, so the model reads the table's first `rows` rows, the same bytes
+        OpSpec(
+            "gather",
+            "vector",
+            (1, 1),
+            "elementwise",
+            0,
+            _gather,
+            gathers=True,
+            attrs={"rows": (_positive, None)},
+        ),
         # a copy into a contiguous tensor (what `strided: copy` puts after a slice)
         OpSpec("copy", "vector", (1, 1), "elementwise", 0, _elementwise("copy")),
         # A view: no data moves. Its input goes to HBM and its consumers read it back there.

@@ -22,7 +22,7 @@ def test_setup_cfg_lists_every_package():
         ".".join(p.parent.relative_to(ROOT).parts)
         for p in (ROOT / "simulator").rglob("__init__.py")
     }
-    assert listed_packages() == found | {"simulator.hw_models"}
+    assert listed_packages() == found | {"simulator.hw_models", "simulator.model_configs"}
 
 
 def test_version_flag():
@@ -58,6 +58,8 @@ def test_built_wheel_runs_the_main_job_from_another_directory(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     for preset in (ROOT / "hw_models").glob("*.yaml"):
         assert f"simulator/hw_models/{preset.name}" in names
+    for config in (ROOT / "workloads" / "models").glob("*.json"):
+        assert f"simulator/model_configs/{config.name}" in names
     # install the wheel alone into a folder of its own and run it from an unrelated folder
     target = tmp_path / "site"
     install = subprocess.run(
@@ -98,3 +100,14 @@ def test_built_wheel_runs_the_main_job_from_another_directory(tmp_path):
     )
     assert result.returncode == 0, result.stderr
     assert "llama7b-ffn-decode on ascend910" in result.stdout
+    shipped = subprocess.run(  # a shipped model config, found inside the package
+        [sys.executable, "-m", "simulator", "infer", "llama2-7b", "--prompt", "8"]
+        + ["--generate", "0", "--json", "-"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        timeout=300,
+    )
+    assert shipped.returncode == 0, shipped.stderr
+    assert '"model": "llama2-7b"' in shipped.stdout

@@ -3,17 +3,20 @@ and the bytes per role. Nothing is freed while a workload runs, so the footprint
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import math
+from collections.abc import Iterable, Mapping
 
-from ..config.workload import Workload
+from ..config.workload import Op, Tensor, Workload
 from ..errors import SimulatorError
-from ..ops import OPS
+from ..ops import DTYPE_BYTES, OPS
 from ..units import format_bytes_decimal as fmt_bytes
 from .fusion import Plan
 
 # Roles of tensors that occupy HBM while the workload runs (a view shares its source's bytes,
 # an on-chip value never reaches HBM).
 RESIDENT_ROLES = ("weight", "cache", "activation", "intermediate", "output", "viewed")
+# Roles of tensors a workload reads from HBM without writing them.
+INPUT_ROLES = ("weight", "cache", "activation", "view")
 
 
 def tensor_roles(workload: Workload, plan: Plan) -> dict[str, tuple[str, int]]:
@@ -39,6 +42,18 @@ def tensor_roles(workload: Workload, plan: Plan) -> dict[str, tuple[str, int]]:
         if OPS[op.op].unit == "view" and op.output in roles and op.inputs[0] not in roles:
             roles[op.inputs[0]] = ("viewed", tensors[op.inputs[0]].nbytes)
     return roles
+
+
+def read_once_bytes(name: str, readers: Iterable[Op], tensors: Mapping[str, Tensor]) -> int:
+    """The bytes of a tensor its readers must fetch at least once: all of them, unless every
+    reader only gathers rows of it (an embedding lookup reads a row per token, not the
+    table)."""
+    readers = list(readers)
+    tensor = tensors[name]
+    if not readers or not all(OPS[op.op].gathers for op in readers):
+        return tensor.nbytes
+    gathered = max(math.prod(tensors[op.output].shape) for op in readers)
+    return min(tensor.nbytes, gathered * DTYPE_BYTES[tensor.dtype])
 
 
 def footprint_bytes(roles: Mapping[str, tuple[str, int]]) -> dict[str, int]:

@@ -17,15 +17,16 @@ MTE3 stores.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import NamedTuple
 
 from ..config.hardware import Hardware
-from ..config.workload import Workload
+from ..config.workload import Op, Workload
 from ..cost import cube_call_cycles, vector_work
 from ..errors import SimulatorError
 from ..ops import DTYPE_BYTES, OPS, operands_of
 from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, in_registers, seeds_of
-from .footprint import refuse_if_over_capacity, tensor_roles
+from .footprint import INPUT_ROLES, read_once_bytes, refuse_if_over_capacity, tensor_roles
 from .fusion import Kernel, Plan
 from .program import (
     CoreBuilder,
@@ -85,9 +86,15 @@ def lower(workload: Workload, plan: Plan) -> Program:
         lines = [line for problem in problems for line in problem.splitlines()]
         raise TilingError("\n".join(f"{workload.source}: {line}" for line in lines))
     geometry = {t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in workload.tensors.values()}
-    # compulsory traffic: every input read once, every kernel's result written once (an input
-    # kernels read only through a view counts as that view)
-    compulsory = sum(nbytes for role, nbytes in roles.values() if role not in ("on_chip", "viewed"))
+    # compulsory traffic: every input read once (a gathered one, its rows), every kernel's
+    # result written once (an input kernels read only through a view counts as that view)
+    compulsory = sum(
+        read_once_bytes(name, _readers(workload.ops, name), workload.tensors)
+        if role in INPUT_ROLES
+        else nbytes
+        for name, (role, nbytes) in roles.items()
+        if role not in ("on_chip", "viewed")
+    )
     nz = frozenset(t.name for t in workload.tensors.values() if t.layout == "nz")
     slices = {op.output: op.attrs["step"] for op in workload.ops if op.op == "slice"}
     return Program(tuple(lowered), geometry, compulsory, roles, nz, slices)
@@ -176,7 +183,7 @@ def lower_matmul(
         _flops(kernel.ops, tensors),
         cores,
         t.to_dict(),
-        sum(tensors[n].nbytes for n in ins),
+        sum(read_once_bytes(n, _readers(kernel.ops, n), tensors) for n in ins),
         tensors[kernel.output].nbytes,
         plan,
         vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector),
@@ -551,11 +558,15 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         _flops(ops, tensors),
         tuple(cores),
         None,
-        sum(tensors[n].nbytes for n in ins),
+        sum(read_once_bytes(n, _readers(kernel.ops, n), tensors) for n in ins),
         out.nbytes,
         {"UB": ub_need(tile_rows, tile_cols)},
         vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector),
     )
+
+
+def _readers(ops: Iterable[Op], name: str) -> list[Op]:
+    return [op for op in ops if name in op.inputs]
 
 
 def _flops(ops, tensors) -> int:

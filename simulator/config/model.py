@@ -1,0 +1,230 @@
+"""Model configs (a Hugging Face style config.json) → a frozen `ModelConfig`.
+
+A config names a transformer's shape, not a schedule: the fields below are read and checked,
+every other key of a real config.json (token ids, RoPE base, initialiser ranges...) changes
+no byte moved and is ignored. Keys starting with `_` are ours: the shipped configs
+(workloads/models/*.json) cite the model card they copy in `_source`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
+from .strict import Fields, as_bool, as_int, describe, one_of, override_label, read_text
+
+
+def _model_dir() -> Path:
+    """The shipped configs: simulator/model_configs in an installed package, the checkout's
+    workloads/models in a source tree (as the hardware presets)."""
+    package = Path(__file__).resolve().parents[1]
+    shipped = package / "model_configs"
+    return shipped if shipped.is_dir() else package.parent / "workloads" / "models"
+
+
+MODEL_DIR = _model_dir()
+MAX_CONFIG_BYTES = 256 * 1024  # a config.json is a few KiB
+# hidden_act → the MLP it implies: SiLU models gate (SwiGLU: gate, up, down); GELU ones
+# here are the ungated two-matmul MLP (up, GELU, down).
+ACTIVATIONS = {"silu": "silu", "gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu"}
+# architectures whose attention projections carry a bias though config.json does not say so
+# (transformers' Qwen2Attention builds q/k/v with bias=True)
+BIASED_QKV = ("Qwen2ForCausalLM",)
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A decoder-only transformer's shape, as inference needs it. The workloads of its
+    layers are generated from it (config/transformer.py), so every figure is checked here."""
+
+    name: str
+    source: str  # the file it was read from
+    cited: str  # where the figures come from ('' for a user's file without `_source`)
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int  # fewer than heads: grouped-query attention
+    head_dim: int
+    layers: int
+    vocab: int
+    activation: str  # silu (gated MLP) or gelu
+    qkv_bias: bool
+    experts: int  # 1 for a dense MLP
+    experts_per_token: int
+    max_context: int
+    tied_embeddings: bool
+    sliding_window: int | None  # attention reads at most this many positions back
+
+    def attended(self, context: int) -> int:
+        """Positions one token's attention reads at this context."""
+        return context if self.sliding_window is None else min(context, self.sliding_window)
+
+    @property
+    def gated(self) -> bool:
+        return self.activation == "silu"
+
+    def weight_count(self) -> int:
+        """Parameters: embeddings, every layer's projections, norms and experts, the head."""
+        attention = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
+        if self.qkv_bias:
+            attention += self.head_dim * (self.heads + 2 * self.kv_heads)
+        mlp = (3 if self.gated else 2) * self.hidden * self.intermediate * self.experts
+        router = self.hidden * self.experts if self.experts > 1 else 0
+        layer = attention + mlp + router + 2 * self.hidden
+        head = 0 if self.tied_embeddings else self.vocab * self.hidden
+        return self.vocab * self.hidden + self.layers * layer + self.hidden + head
+
+
+def model_names() -> list[str]:
+    return sorted(p.stem for p in MODEL_DIR.glob("*.json"))
+
+
+# The keys parse_model reads: the only ones an override may set.
+FIELDS = (
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "num_hidden_layers",
+    "vocab_size",
+    "head_dim",
+    "hidden_act",
+    "num_local_experts",
+    "num_experts_per_tok",
+    "max_position_embeddings",
+    "tie_word_embeddings",
+    "architectures",
+    "attention_bias",
+    "sliding_window",
+    "use_sliding_window",
+)
+
+
+def load_model(name_or_path: str, overrides: Sequence[tuple[str, Any]] = ()) -> ModelConfig:
+    """A shipped config by name ('llama2-7b') or a config.json by path; `overrides` are
+    (key, value) pairs that replace the file's (num_key_value_heads=8 makes it GQA)."""
+    path = Path(name_or_path)
+    if path.suffix != ".json":
+        if name_or_path not in model_names():
+            raise ConfigError(
+                name_or_path,
+                [
+                    f"no model named {quote(name_or_path)} (models: {', '.join(model_names())}; "
+                    "a config file's path ends in .json)"
+                ],
+            )
+        path = MODEL_DIR / f"{name_or_path}.json"
+    source = str(path)
+    try:
+        raw = json.loads(read_text(path, MAX_CONFIG_BYTES))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(source, [f"line {exc.lineno}: not valid JSON: {exc.msg}"]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(source, [f"the top level must be a JSON object, got {describe(raw)}"])
+    unknown = [key for key, _ in overrides if key not in FIELDS]
+    if unknown:
+        raise ConfigError(
+            source,
+            [
+                f"{OVERRIDE_MARK}{quote(unknown[0])}: not a field of a model config that the "
+                f"simulator reads (fields: {', '.join(FIELDS)})"
+            ],
+        )
+    raw.update(overrides)
+    labels = {key: override_label(key, value) for key, value in overrides}
+    return parse_model(raw, path.stem, source, labels)
+
+
+def parse_model(
+    raw: dict[str, Any], name: str, source: str, overrides: dict[str, str] | None = None
+) -> ModelConfig:
+    problems = Problems(source, overrides)
+    f = Fields(raw, "", problems)
+    count = as_int(1, 1 << 20)
+    hidden = f.get("hidden_size", count)
+    intermediate = f.get("intermediate_size", count)
+    heads = f.get("num_attention_heads", as_int(1, 1024))
+    kv_heads = f.get("num_key_value_heads", as_int(1, 1024), default=heads)
+    layers = f.get("num_hidden_layers", as_int(1, 1024))
+    vocab = f.get("vocab_size", as_int(1, 1 << 24))
+    head_dim = f.get("head_dim", as_int(1, 4096), default=None)
+    activation = f.get("hidden_act", one_of(*ACTIVATIONS), default="silu")
+    experts = f.get("num_local_experts", as_int(1, 1024), default=1)
+    per_token = f.get("num_experts_per_tok", as_int(1, 1024), default=1)
+    max_context = f.get("max_position_embeddings", as_int(1, 1 << 24), default=4096)
+    tied = f.get("tie_word_embeddings", as_bool, default=False)
+    architectures = f.get("architectures", _strings, default=[])
+    bias = f.get("attention_bias", as_bool, default=None)
+    cited = f.get("_source", _text, default="")
+    window = f.get("sliding_window", _optional(as_int(1, 1 << 24)), default=None)
+    if not f.get("use_sliding_window", as_bool, default=True):
+        window = None
+    if heads and kv_heads and heads % kv_heads:
+        problems.add(
+            "num_key_value_heads",
+            f"{kv_heads} does not divide num_attention_heads {heads}: each key/value head "
+            "serves a whole group of query heads",
+        )
+    if hidden and heads and head_dim is None and hidden % heads:
+        problems.add(
+            "head_dim",
+            f"is required when hidden_size {hidden} is not a multiple of "
+            f"num_attention_heads {heads}",
+        )
+    if experts and per_token and per_token > experts:
+        problems.add(
+            "num_experts_per_tok",
+            f"{per_token} is more than the {experts} experts (num_local_experts)",
+        )
+    unknown_ours = [k for k in raw if isinstance(k, str) and k.startswith("_") and k != "_source"]
+    for key in unknown_ours:
+        problems.add(key, "unknown field (the only field of ours is _source)", unknown=True)
+    if problems.items:
+        raise ConfigError(source, problems.items, tuple(problems.unknown_paths))
+    return ModelConfig(
+        name=name,
+        source=source,
+        cited=cited,
+        hidden=hidden,
+        intermediate=intermediate,
+        heads=heads,
+        kv_heads=kv_heads,
+        head_dim=head_dim or hidden // heads,
+        layers=layers,
+        vocab=vocab,
+        activation=ACTIVATIONS[activation],
+        qkv_bias=any(a in BIASED_QKV for a in architectures) if bias is None else bias,
+        experts=experts,
+        experts_per_token=per_token,
+        max_context=max_context,
+        tied_embeddings=tied,
+        sliding_window=window,
+    )
+
+
+def _optional(parse):
+    def parse_or_none(value: Any):
+        return None if value is None else parse(value)
+
+    return parse_or_none
+
+
+def _strings(value: Any) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of names, got {describe(value)}")
+    return value
+
+
+def _text(value: Any) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"expected text, got {describe(value)}")
+    return value
+
+
+def kv_cache_bytes(model: ModelConfig, tokens: int, element_bytes: int) -> int:
+    """K and V of every layer for `tokens` positions."""
+    return 2 * model.layers * model.kv_heads * model.head_dim * tokens * element_bytes

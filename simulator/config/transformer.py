@@ -1,0 +1,196 @@
+"""A model config → the workload of one forward step through its first layers, written in
+the workload file's own vocabulary and checked by the same loader, so a generated layer obeys
+every rule a hand-written one does (`python -m simulator infer` runs them).
+
+A step: the embedding gather of its new tokens; each decoder layer; the final norm and the
+LM head (at prefill, on each sequence's last token only, as serving engines do). A layer:
+
+    RMSNorm → Q, K, V projections (+ bias where the model has one) → RoPE on Q and K
+    → attention: QK^T, softmax, PV. Grouped-query attention runs as one batch per key/value
+      head, the query heads that share it stacked along M, so each K and V block is read once
+      for its whole group. Decode reads the cache of the positions attended to; prefill
+      attends over the prompt's own K and V and computes the whole causal score matrix (the
+      mask is applied in the softmax, as an unfused kernel does).
+    → O projection, + residual → RMSNorm → MLP (SwiGLU: gate, up, SiLU · up, down; or up,
+      GELU, down), + residual.
+
+K and V of the new tokens are written to HBM: that is the cache write. With int8 weights
+each projection runs W8A8, as workloads/ffn_decode_int8.yaml: the activation is quantized
+once per input, the Cube multiplies int8, each output channel is dequantized with its scale.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SimulatorError
+from .hardware import Hardware
+from .model import ModelConfig
+from .workload import Workload, parse_workload
+
+WEIGHT_DTYPES = ("fp16", "int8")
+
+
+@dataclass(frozen=True)
+class Step:
+    """One forward pass: `batch` sequences each adding `new_tokens` (the prompt at prefill,
+    one at decode), the last of them at position `context`."""
+
+    phase: str  # prefill or decode
+    batch: int
+    new_tokens: int
+    context: int
+
+    @property
+    def tokens(self) -> int:
+        return self.batch * self.new_tokens
+
+
+def step_workload(
+    model: ModelConfig,
+    hardware: Hardware,
+    step: Step,
+    layers: int,
+    fusion: str = "none",
+    weights: str = "fp16",
+) -> Workload:
+    """The workload of `step` through the model's first `layers` decoder layers, then the
+    final norm and the LM head."""
+    if model.experts > 1:
+        raise SimulatorError(
+            f"{model.source}: {model.name} is a mixture of experts "
+            f"({model.experts} experts, {model.experts_per_token} per token); generating "
+            "its expert layers is not supported yet (dense models only)"
+        )
+    if step.tokens > model.vocab:
+        raise SimulatorError(
+            f"{step.tokens:,} tokens in one step is more than the {model.vocab:,} rows of "
+            f"{model.name}'s embedding table, which the gather reads a row per token of; "
+            "use a smaller batch or prompt"
+        )
+    builder = _Builder(model, step, weights)
+    x = builder.embedding()
+    for layer in range(layers):
+        x = builder.layer(layer, x)
+    builder.head(x)
+    raw = {
+        "name": f"{model.name}-{step.phase}@{step.context}",
+        "hardware": hardware.name,
+        "dtype": "fp16",
+        "tensors": builder.tensors,
+        "ops": builder.ops,
+        "schedule": {"fusion": fusion},
+    }
+    return parse_workload(raw, f"{model.source} ({step.phase}, context {step.context})", hardware)
+
+
+def layer_and_role(op_name: str) -> tuple[int | None, str]:
+    """Which layer a generated op belongs to (None: the embedding or the head) and its role
+    there ('q_proj', 'qk'...)."""
+    head, _, role = op_name.partition("_")
+    if head[:1] == "l" and head[1:].isdigit() and role:
+        return int(head[1:]), role
+    return None, op_name
+
+
+class _Builder:
+    """Tensors and ops in the workload file's form, named per layer (l0_q_proj...)."""
+
+    def __init__(self, model: ModelConfig, step: Step, weights: str):
+        self.model, self.step, self.weights = model, step, weights
+        self.tensors: dict[str, dict[str, Any]] = {}
+        self.ops: list[dict[str, Any]] = []
+        self.quantized: dict[str, str] = {}  # activation -> its int8 copy (W8A8)
+
+    def tensor(self, name: str, shape: list[int], **fields: Any) -> str:
+        self.tensors[name] = {"shape": shape, **fields}
+        return name
+
+    def op(self, name: str, op: str, inputs: list[str], output: str, **attrs: Any) -> str:
+        entry: dict[str, Any] = {"name": name, "op": op, "inputs": inputs, "output": output}
+        if attrs:
+            entry["attrs"] = attrs
+        self.ops.append(entry)
+        return output
+
+    def embedding(self) -> str:
+        m = self.model
+        table = self.tensor("embed", [m.vocab, m.hidden], kind="weight")
+        return self.op("embed_lookup", "gather", [table], "x0", rows=self.step.tokens)
+
+    def linear(self, name: str, x: str, rows: int, cols: int, bias: bool = False) -> str:
+        """x · W (+ b), W stored in the fractal layout deployed models use."""
+        if self.weights == "int8":
+            if x not in self.quantized:
+                self.quantized[x] = self.op(f"{name}_quant", "quantize", [x], f"{x}_q")
+            w = self.tensor(f"{name}_w", [rows, cols], kind="weight", dtype="int8", layout="nz")
+            scale = self.tensor(f"{name}_scale", [cols], kind="weight")
+            acc = self.op(name, "matmul", [self.quantized[x], w], f"{name}_acc")
+            y = self.op(f"{name}_dequant", "dequantize", [acc, scale], f"{name}_out")
+        else:
+            w = self.tensor(f"{name}_w", [rows, cols], kind="weight", layout="nz")
+            y = self.op(name, "matmul", [x, w], f"{name}_out")
+        if bias:
+            b = self.tensor(f"{name}_bias", [cols], kind="weight")
+            y = self.op(f"{name}_add_bias", "bias_add", [y, b], f"{name}_biased")
+        return y
+
+    def norm(self, name: str, x: str) -> str:
+        gain = self.tensor(f"{name}_gain", [self.model.hidden], kind="weight")
+        return self.op(name, "rmsnorm", [x, gain], f"{name}_out")
+
+    def layer(self, index: int, x: str) -> str:
+        m, s = self.model, self.step
+        p = f"l{index}_"
+        group, kv, hd = m.heads // m.kv_heads, m.kv_heads, m.head_dim
+        xn = self.norm(f"{p}attn_norm", x)
+        # at decode nothing in the step reads the new K and V rows: they are outputs, written
+        # to HBM (the cache write); at prefill the attention reads them back too
+        q = self.linear(f"{p}q_proj", xn, m.hidden, m.heads * hd, m.qkv_bias)
+        q = self.op(f"{p}q_rope", "rope", [q], f"{p}q")
+        k = self.linear(f"{p}k_proj", xn, m.hidden, kv * hd, m.qkv_bias)
+        k = self.op(f"{p}k_rope", "rope", [k], f"{p}k")
+        v = self.linear(f"{p}v_proj", xn, m.hidden, kv * hd, m.qkv_bias)
+        heads = s.batch * kv
+        qh = self.op(
+            f"{p}q_heads", "reshape", [q], f"{p}qh", shape=[heads, group * s.new_tokens, hd]
+        )
+        if s.phase == "decode":
+            attended = m.attended(s.context)
+            keys = self.tensor(f"{p}k_cache", [heads, attended, hd], kind="cache")
+            values = self.tensor(f"{p}v_cache", [heads, attended, hd], kind="cache")
+        else:
+            keys = self.op(f"{p}k_heads", "reshape", [k], f"{p}kh", shape=[heads, s.new_tokens, hd])
+            values = self.op(
+                f"{p}v_heads", "reshape", [v], f"{p}vh", shape=[heads, s.new_tokens, hd]
+            )
+        scores = self.op(f"{p}qk", "batch_matmul", [qh, keys], f"{p}scores", transpose_b=True)
+        probs = self.op(f"{p}softmax", "softmax", [scores], f"{p}probs")
+        context = self.op(f"{p}pv", "batch_matmul", [probs, values], f"{p}ctx")
+        attn = self.op(
+            f"{p}merge_heads", "reshape", [context], f"{p}attn", shape=[s.tokens, m.heads * hd]
+        )
+        o = self.linear(f"{p}o_proj", attn, m.heads * hd, m.hidden)
+        h = self.op(f"{p}attn_resid", "add", [o, x], f"{p}h")
+        hn = self.norm(f"{p}mlp_norm", h)
+        if m.gated:
+            gate = self.linear(f"{p}gate", hn, m.hidden, m.intermediate)
+            up = self.linear(f"{p}up", hn, m.hidden, m.intermediate)
+            act = self.op(f"{p}act", "silu", [gate], f"{p}act_out")
+            mixed = self.op(f"{p}glu", "mul", [act, up], f"{p}glu_out")
+        else:
+            up = self.linear(f"{p}up", hn, m.hidden, m.intermediate)
+            mixed = self.op(f"{p}act", "gelu", [up], f"{p}act_out")
+        down = self.linear(f"{p}down", mixed, m.intermediate, m.hidden)
+        return self.op(f"{p}mlp_resid", "add", [down, h], f"{p}out")
+
+    def head(self, x: str) -> str:
+        m, s = self.model, self.step
+        xn = self.norm("final_norm", x)
+        if s.new_tokens > 1:  # only each sequence's last token predicts the next
+            xn = self.op("last_tokens", "gather", [xn], "last", rows=s.batch)
+        table = "embed" if m.tied_embeddings else None
+        if table is None:
+            return self.linear("lm_head", xn, m.hidden, m.vocab)
+        return self.op("lm_head", "matmul", [xn, table], "logits", transpose_b=True)

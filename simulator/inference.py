@@ -1,0 +1,347 @@
+"""Whole-model inference: a model config → time to first token, time per output token,
+tokens per second, where the time goes and whether the model fits.
+
+Every step is a generated workload (config/transformer.py) run through the one pipeline: the
+prefill of `batch` prompts, then one decode step per generated token after the first (the
+prefill's logits give the first). Two savings keep a 32-layer model quick; the report states
+both, and `exact=True` turns them off:
+
+- Layers: a step simulates the model cut after its first few layers (the final norm and LM
+  head still run, on the last one's output). When the last two simulated layers take the
+  same cycles and move the same bytes, the layers not simulated are taken to repeat the last;
+  otherwise twice as many are simulated, up to all of them.
+- Contexts: decode steps are simulated at `decode_points` contexts spread over the
+  generation, first and last included, and steps between two of them interpolated linearly
+  in the context (only attention changes with it, and its work grows linearly).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .config.hardware import Hardware
+from .config.model import ModelConfig, kv_cache_bytes
+from .config.transformer import WEIGHT_DTYPES, Step, layer_and_role, step_workload
+from .errors import SimulatorError, check_count
+from .pipeline import simulate
+from .report import SimulationReport
+from .units import format_bytes_decimal as fmt_bytes
+from .version import format_mark
+
+# The classes a step's time is broken down into: each kernel's time after its launch goes to
+# the class of the work it does; the launch waits are their own class.
+TIME_CLASSES = ("gemm", "attention", "norm", "other", "launch", "communication")
+ATTENTION_OPS = ("qk", "softmax", "pv")
+FIRST_LAYERS = 3  # simulated first: the first layer differs (it follows the embedding)
+DECODE_POINTS = 3
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """One step of the whole model: simulated, or (decode) interpolated between two that were."""
+
+    phase: str
+    context: int
+    cycles: float
+    by_class_cycles: Mapping[str, float]
+    hbm_bytes: float
+    layers_simulated: int  # 0: interpolated
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """HBM bytes the run needs on each chip: the weights, the KV cache at the longest context
+    and the activations of the largest step's layer."""
+
+    weight_bytes: int
+    kv_cache_bytes: int
+    activation_bytes: int
+    hbm_capacity_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        return self.weight_bytes + self.kv_cache_bytes + self.activation_bytes
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "weight_bytes": self.weight_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "activation_bytes": self.activation_bytes,
+            "total_bytes": self.total_bytes,
+            "hbm_capacity_bytes": self.hbm_capacity_bytes,
+        }
+
+
+@dataclass(frozen=True)
+class InferenceReport:
+    """A request's time, end to end. Times in µs, from the simulated cycles."""
+
+    model: str
+    hardware: str
+    clock_ghz: float
+    batch: int
+    prompt: int
+    generate: int
+    fusion: str
+    weights: str
+    prefill: StepTime
+    decode: tuple[StepTime, ...]  # one per decode step, in order
+    footprint: Footprint
+    method: str  # how much was simulated, and what was reused or interpolated
+    notes: tuple[str, ...] = field(default=())
+
+    def us(self, cycles: float) -> float:
+        return cycles / (self.clock_ghz * 1e3)
+
+    @property
+    def ttft_us(self) -> float:
+        return self.us(self.prefill.cycles)
+
+    @property
+    def tpot_us(self) -> dict[str, float]:
+        """Time per output token after the first: first, last and mean decode step."""
+        if not self.decode:
+            return {"first": 0.0, "last": 0.0, "mean": 0.0}
+        times = [self.us(s.cycles) for s in self.decode]
+        return {"first": times[0], "last": times[-1], "mean": sum(times) / len(times)}
+
+    @property
+    def e2e_us(self) -> float:
+        return self.ttft_us + sum(self.us(s.cycles) for s in self.decode)
+
+    def summary(self) -> str:
+        from .viz.inference import render_inference
+
+        return render_inference(self.to_dict())
+
+    def to_dict(self) -> dict[str, Any]:
+        decode_cycles = sum(s.cycles for s in self.decode)
+        tpot = self.tpot_us
+        return {
+            "format": format_mark("inference"),
+            "model": self.model,
+            "hardware": self.hardware,
+            "batch": self.batch,
+            "prompt": self.prompt,
+            "generate": self.generate,
+            "fusion": self.fusion,
+            "weights": self.weights,
+            "ttft_us": self.ttft_us,
+            "tpot_us": tpot,
+            "tokens_per_s": self.batch * 1e6 / tpot["mean"] if tpot["mean"] else 0.0,
+            "e2e_us": self.e2e_us,
+            "breakdown_us": {
+                "prefill": {c: self.us(v) for c, v in self.prefill.by_class_cycles.items()},
+                "decode": {
+                    c: self.us(sum(s.by_class_cycles[c] for s in self.decode)) for c in TIME_CLASSES
+                },
+            },
+            "hbm_bytes_per_token": (
+                sum(s.hbm_bytes for s in self.decode) / len(self.decode) / self.batch
+                if self.decode
+                else self.prefill.hbm_bytes / (self.batch * self.prompt)
+            ),
+            "memory_footprint": self.footprint.to_dict(),
+            "decode_cycles": decode_cycles,
+            "steps": [
+                {
+                    "phase": s.phase,
+                    "context": s.context,
+                    "time_us": self.us(s.cycles),
+                    "layers_simulated": s.layers_simulated,
+                }
+                for s in (self.prefill, *self.decode)
+                if s.layers_simulated
+            ],
+            "method": self.method,
+        }
+
+
+def infer(
+    model: ModelConfig,
+    hardware: Hardware,
+    batch: int = 1,
+    prompt: int = 128,
+    generate: int = 128,
+    fusion: str = "none",
+    weights: str = "fp16",
+    exact: bool = False,
+    decode_points: int = DECODE_POINTS,
+    on_step: Callable[[str], None] | None = None,
+) -> InferenceReport:
+    """Simulate one request of `batch` prompts of `prompt` tokens generating `generate`
+    tokens each; `on_step` hears of each simulated step (for a progress bar)."""
+    for name, value in (("batch", batch), ("prompt", prompt), ("decode_points", decode_points)):
+        check_count(name, value)
+    if isinstance(generate, bool) or not isinstance(generate, int) or generate < 0:
+        raise SimulatorError(f"generate must be a whole number of tokens, got {generate!r}")
+    if fusion not in ("none", "auto"):
+        raise SimulatorError(f"fusion must be none or auto, got {fusion!r}")
+    if weights not in WEIGHT_DTYPES:
+        raise SimulatorError(f"weights must be one of {', '.join(WEIGHT_DTYPES)}, got {weights!r}")
+    if prompt + generate > model.max_context:
+        raise SimulatorError(
+            f"{model.name} attends over at most {model.max_context:,} positions "
+            f"(max_position_embeddings), but prompt {prompt:,} + generate {generate:,} "
+            f"is {prompt + generate:,}"
+        )
+
+    def run(step: Step, layers: int) -> SimulationReport:
+        if on_step:
+            on_step(f"{step.phase} @ {step.context}: {layers} layers")
+        return simulate(step_workload(model, hardware, step, layers, fusion, weights))
+
+    prefill_step = Step("prefill", batch, prompt, prompt)
+    footprint = _footprint(model, hardware, prefill_step, prompt + generate, fusion, weights)
+    _refuse_if_too_large(model, hardware, footprint)
+    prefill = _whole_model_step(model, prefill_step, run, exact)
+    contexts = [prompt + j for j in range(1, generate)]
+    sampled = contexts if exact else _spread(contexts, decode_points)
+    simulated = {
+        c: _whole_model_step(model, Step("decode", batch, 1, c), run, exact) for c in sampled
+    }
+    decode = tuple(_interpolated(simulated, c) for c in contexts)
+    layers = sorted({s.layers_simulated for s in (prefill, *simulated.values())})
+    method = (
+        "every layer of every step simulated"
+        if exact or (layers == [model.layers] and len(sampled) == len(contexts))
+        else (
+            f"layers simulated per step: {', '.join(map(str, layers))} of {model.layers} "
+            "(the rest repeat the last, which took the same cycles and bytes as the one "
+            f"before it); decode simulated at {len(sampled)} of {len(contexts)} contexts "
+            f"({', '.join(map(str, sampled))}), interpolated between them"
+        )
+    )
+    return InferenceReport(
+        model.name,
+        hardware.name,
+        hardware.clock_hz / 1e9,
+        batch,
+        prompt,
+        generate,
+        fusion,
+        weights,
+        prefill,
+        decode,
+        footprint,
+        method,
+    )
+
+
+def _whole_model_step(
+    model: ModelConfig, step: Step, run: Callable[[Step, int], SimulationReport], exact: bool
+) -> StepTime:
+    """A step of the whole model from runs of its first layers (see the module docstring)."""
+    count = model.layers if exact else min(model.layers, FIRST_LAYERS)
+    while True:
+        report = run(step, count)
+        parts = _parts(report)
+        if count == model.layers:
+            break
+        last, before = parts.get(count - 1), parts.get(count - 2)
+        if last is not None and last == before:
+            break
+        count = min(model.layers, 2 * count)
+    total: dict[str, float] = dict.fromkeys(("cycles", "hbm_bytes", *TIME_CLASSES), 0.0)
+    for part in parts.values():
+        for key, value in part.items():
+            total[key] += value
+    repeat = parts[count - 1]
+    for key, value in repeat.items():
+        total[key] += (model.layers - count) * value
+    by_class = {c: total[c] for c in TIME_CLASSES}
+    return StepTime(step.phase, step.context, total["cycles"], by_class, total["hbm_bytes"], count)
+
+
+def _parts(report: SimulationReport) -> dict[int | None, dict[str, float]]:
+    """Cycles, HBM bytes and time per class of each layer's kernels (key: the layer index;
+    None: the embedding and the head)."""
+    parts: dict[int | None, dict[str, float]] = {}
+    for kernel in report.kernels:
+        layer, _ = layer_and_role(kernel.ops[0])
+        part = parts.setdefault(layer, dict.fromkeys(("cycles", "hbm_bytes", *TIME_CLASSES), 0.0))
+        hbm = kernel.traffic["HBM"]
+        part["cycles"] += kernel.cycles
+        part["hbm_bytes"] += hbm.read_bytes + hbm.write_bytes
+        part["launch"] += kernel.launch_cycles
+        part[_time_class(kernel.ops)] += kernel.cycles - kernel.launch_cycles
+    return parts
+
+
+def _time_class(ops: tuple[str, ...]) -> str:
+    roles = {layer_and_role(name)[1] for name in ops}
+    if roles & set(ATTENTION_OPS):
+        return "attention"
+    if any(r.endswith("proj") or r in ("gate", "up", "down", "lm_head") for r in roles):
+        return "gemm"
+    if any(r.endswith("norm") for r in roles):
+        return "norm"
+    return "other"
+
+
+def _spread(contexts: list[int], points: int) -> list[int]:
+    """`points` contexts spread evenly over the list, its first and last among them."""
+    if len(contexts) <= points:
+        return contexts
+    return sorted({contexts[round(i * (len(contexts) - 1) / (points - 1))] for i in range(points)})
+
+
+def _interpolated(simulated: Mapping[int, StepTime], context: int) -> StepTime:
+    """The decode step at `context`: simulated, or linear between the nearest simulated."""
+    if context in simulated:
+        return simulated[context]
+    below = max(c for c in simulated if c < context)
+    above = min(c for c in simulated if c > context)
+    a, b = simulated[below], simulated[above]
+    w = (context - below) / (above - below)
+
+    def mix(x: float, y: float) -> float:
+        return x + w * (y - x)
+
+    return StepTime(
+        "decode",
+        context,
+        mix(a.cycles, b.cycles),
+        {c: mix(a.by_class_cycles[c], b.by_class_cycles[c]) for c in TIME_CLASSES},
+        mix(a.hbm_bytes, b.hbm_bytes),
+        0,
+    )
+
+
+def _footprint(
+    model: ModelConfig, hardware: Hardware, prefill: Step, longest: int, fusion: str, weights: str
+) -> Footprint:
+    """From the generated prefill of a one-layer model: its layer's weights times the layers,
+    plus the embedding and head; the KV cache in fp16; every other tensor of that prefill
+    (one layer's activations: layers run one after another and reuse them)."""
+    workload = step_workload(model, hardware, prefill, 1, fusion, weights)
+    layer_weights = outside = activations = 0
+    for tensor in workload.tensors.values():
+        if tensor.kind != "weight":
+            activations += tensor.nbytes
+        elif tensor.name.startswith("l0_"):
+            layer_weights += tensor.nbytes
+        else:
+            outside += tensor.nbytes
+    return Footprint(
+        layer_weights * model.layers + outside,
+        kv_cache_bytes(model, prefill.batch * longest, 2),
+        activations,
+        hardware.memories["HBM"].capacity_bytes,
+    )
+
+
+def _refuse_if_too_large(model: ModelConfig, hardware: Hardware, footprint: Footprint) -> None:
+    if footprint.total_bytes <= footprint.hbm_capacity_bytes:
+        return
+    chips = math.ceil(footprint.total_bytes / footprint.hbm_capacity_bytes)
+    raise SimulatorError(
+        f"{model.name} does not fit in {hardware.name}'s {fmt_bytes(footprint.hbm_capacity_bytes)} "
+        f"of HBM: it needs {fmt_bytes(footprint.total_bytes)} (weights "
+        f"{fmt_bytes(footprint.weight_bytes)}, KV cache {fmt_bytes(footprint.kv_cache_bytes)}, "
+        f"activations {fmt_bytes(footprint.activation_bytes)}): at least {chips} chips' HBM; "
+        "try int8 weights, a shorter context or a smaller batch"
+    )

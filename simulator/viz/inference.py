@@ -1,0 +1,49 @@
+"""The terminal summary of a whole-model inference report (its JSON form)."""
+
+from __future__ import annotations
+
+import textwrap
+from typing import Any
+
+from ..units import format_bytes_decimal as fmt_bytes
+
+
+def render_inference(d: dict[str, Any]) -> str:
+    tpot = d["tpot_us"]
+    footprint = d["memory_footprint"]
+    lines = [
+        f"{d['model']} on {d['hardware']}: batch {d['batch']}, prompt {d['prompt']:,}, "
+        f"generate {d['generate']:,}, fusion {d['fusion']}, {d['weights']} weights",
+        "",
+        f"  time to first token  {d['ttft_us'] / 1e3:10,.2f} ms",
+    ]
+    if d["generate"] > 1:
+        lines += [
+            f"  time per token       {tpot['mean'] / 1e3:10,.2f} ms   (first "
+            f"{tpot['first'] / 1e3:,.2f}, last {tpot['last'] / 1e3:,.2f})",
+            f"  tokens per second    {d['tokens_per_s']:10,.1f}",
+        ]
+    lines += [
+        f"  request, end to end  {d['e2e_us'] / 1e3:10,.2f} ms",
+        f"  HBM per token        {fmt_bytes(d['hbm_bytes_per_token']):>10}",
+        "",
+        "  where the time goes (ms)",
+        f"    {'':<14}{'prefill':>10}{'decode':>10}",
+    ]
+    breakdown = d["breakdown_us"]
+    for name in breakdown["prefill"]:
+        prefill, decode = breakdown["prefill"][name], breakdown["decode"][name]
+        if prefill or decode:
+            lines.append(f"    {name:<14}{prefill / 1e3:>10,.2f}{decode / 1e3:>10,.2f}")
+    used = footprint["total_bytes"] / footprint["hbm_capacity_bytes"]
+    lines += [
+        "",
+        f"  memory: {fmt_bytes(footprint['total_bytes'])} of "
+        f"{fmt_bytes(footprint['hbm_capacity_bytes'])} HBM ({used:.0%}): weights "
+        f"{fmt_bytes(footprint['weight_bytes'])}, KV cache "
+        f"{fmt_bytes(footprint['kv_cache_bytes'])}, activations "
+        f"{fmt_bytes(footprint['activation_bytes'])}",
+        "",
+        textwrap.fill(d["method"], 92, initial_indent="  simulated: ", subsequent_indent=" " * 13),
+    ]
+    return "\n".join(lines)

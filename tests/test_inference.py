@@ -1,0 +1,188 @@
+"""Whole-model inference: model configs, the generated layers, the fast path against every
+layer simulated, and the physics a request's times must obey."""
+
+import json
+import math
+
+import pytest
+
+from simulator.cli import main
+from simulator.config.model import load_model, model_names, parse_model
+from simulator.config.transformer import Step, step_workload
+from simulator.errors import ConfigError, SimulatorError
+from simulator.inference import infer
+
+# A small dense model with grouped-query attention, quick on the tiny chip.
+TOY = {
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "num_hidden_layers": 6,
+    "vocab_size": 1024,
+    "max_position_embeddings": 512,
+}
+
+
+def toy(**changes):
+    return parse_model({**TOY, **changes}, "toy", "<toy>")
+
+
+# Parameter counts of the released models (their model cards): the shipped configs must
+# reproduce them, embeddings and head included.
+PUBLISHED_PARAMETERS_B = {
+    "llama2-7b": 6.74,
+    "llama2-13b": 13.0,
+    "llama2-70b": 69.0,
+    "mistral-7b": 7.24,
+    "qwen2-7b": 7.62,
+    "mixtral-8x7b": 46.7,
+}
+
+
+@pytest.mark.parametrize("name", sorted(PUBLISHED_PARAMETERS_B))
+def test_shipped_configs_reproduce_the_published_parameter_counts(name):
+    model = load_model(name)
+    assert model.cited.startswith("https://huggingface.co/")
+    assert model.weight_count() / 1e9 == pytest.approx(PUBLISHED_PARAMETERS_B[name], rel=0.01)
+
+
+def test_every_shipped_config_is_in_the_table_above():
+    assert set(model_names()) == set(PUBLISHED_PARAMETERS_B)
+
+
+def test_a_config_with_mistakes_names_each_field(tmp_path):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**TOY, "num_key_value_heads": 3, "hidden_act": "swish"}))
+    del_required = {k: v for k, v in TOY.items() if k != "hidden_size"}
+    with pytest.raises(ConfigError) as info:
+        load_model(str(path))
+    text = str(info.value)
+    assert "num_key_value_heads: 3 does not divide num_attention_heads 4" in text
+    assert "hidden_act: 'swish' is not one of" in text
+    path.write_text(json.dumps(del_required))
+    with pytest.raises(ConfigError, match="hidden_size: is required"):
+        load_model(str(path))
+    path.write_text("{not json")
+    with pytest.raises(ConfigError, match="not valid JSON"):
+        load_model(str(path))
+    with pytest.raises(ConfigError, match="no model named 'llama9'"):
+        load_model("llama9")
+    with pytest.raises(ConfigError, match="--set 'num_heads': not a field"):
+        load_model("llama2-7b", [("num_heads", 8)])
+
+
+def test_an_override_changes_the_model_and_is_blamed_for_its_mistakes():
+    assert load_model("llama2-7b", [("num_key_value_heads", 8)]).kv_heads == 8
+    with pytest.raises(ConfigError, match="--set num_key_value_heads=5: 5 does not divide"):
+        load_model("llama2-7b", [("num_key_value_heads", 5)])
+
+
+def test_generated_weights_are_the_models_parameters(tiny):
+    """The weights the generated layers hold, times the layers, plus the embedding and the
+    head, are the config's parameter count at two bytes each."""
+    model = toy()
+    one = step_workload(model, tiny, Step("decode", 1, 1, 64), 1)
+    two = step_workload(model, tiny, Step("decode", 1, 1, 64), 2)
+
+    def weight_bytes(workload):
+        return sum(t.nbytes for t in workload.tensors.values() if t.kind == "weight")
+
+    per_layer = weight_bytes(two) - weight_bytes(one)
+    outside = weight_bytes(one) - per_layer
+    assert per_layer * model.layers + outside == 2 * model.weight_count()
+
+
+def test_grouped_query_attention_reads_each_key_value_head_once(tiny):
+    """Four query heads over two key/value heads: the cache read per layer is the two heads'
+    K and V over the context, not four."""
+    workload = step_workload(toy(), tiny, Step("decode", 1, 1, 64), 1)
+    cache = [t for t in workload.tensors.values() if t.kind == "cache"]
+    assert sum(t.nbytes for t in cache) == 2 * 2 * 64 * 64 * 2  # K+V, 2 heads, 64 pos, hd 64
+
+
+def test_the_fast_path_matches_every_layer_simulated(tiny):
+    """Within 0.1% on every figure (the toy's decode steps are interpolated between three
+    simulated contexts; its layers repeat exactly from the second on)."""
+    fast = infer(toy(), tiny, prompt=32, generate=9).to_dict()
+    exact = infer(toy(), tiny, prompt=32, generate=9, exact=True).to_dict()
+    assert "simulated at 3 of 8 contexts" in fast["method"]
+    assert exact["method"] == "every layer of every step simulated"
+    for key in ("ttft_us", "e2e_us", "hbm_bytes_per_token"):
+        assert fast[key] == pytest.approx(exact[key], rel=1e-3)
+    for key in ("first", "last", "mean"):
+        assert fast["tpot_us"][key] == pytest.approx(exact["tpot_us"][key], rel=1e-3)
+
+
+@pytest.mark.parametrize("fusion", ["none", "auto"])
+def test_a_token_takes_at_least_its_bytes_at_hbm_bandwidth(tiny, fusion):
+    """Each decode step reads every weight but the embedding table (a row per token) and
+    the KV cache it attends over; the first token waits at least for the prefill's FLOPs at
+    the Cube's peak."""
+    model = toy()
+    report = infer(model, tiny, prompt=32, generate=4, fusion=fusion)
+    per_cycle = tiny.memories["HBM"].peak_bytes_per_cycle
+    table = model.vocab * model.hidden * 2
+    for step in report.decode:
+        kv = 2 * model.layers * model.kv_heads * model.head_dim * step.context * 2
+        assert step.cycles >= (report.footprint.weight_bytes - table + kv) / per_cycle
+    matmul_params = model.weight_count() - model.vocab * model.hidden  # head, not the table
+    flops = 2 * matmul_params * 32
+    assert report.prefill.cycles >= flops / tiny.peak_flops_per_cycle("fp16")
+
+
+def test_fusion_moves_fewer_bytes_per_token(tiny):
+    unfused = infer(toy(), tiny, prompt=32, generate=3, fusion="none").to_dict()
+    fused = infer(toy(), tiny, prompt=32, generate=3, fusion="auto").to_dict()
+    assert fused["hbm_bytes_per_token"] <= unfused["hbm_bytes_per_token"]
+    assert fused["tpot_us"]["mean"] < unfused["tpot_us"]["mean"]
+
+
+def test_generate_zero_is_the_prefill_alone(tiny):
+    report = infer(toy(), tiny, prompt=16, generate=0)
+    assert report.decode == ()
+    assert report.e2e_us == report.ttft_us > 0
+
+
+def test_a_model_too_large_for_the_chip_is_refused_with_its_footprint():
+    from simulator.config.hardware import load_hardware
+
+    with pytest.raises(SimulatorError) as info:
+        infer(load_model("llama2-70b"), load_hardware("ascend910"), prompt=128, generate=8)
+    text = str(info.value)
+    assert "llama2-70b does not fit in ascend910's 32.0 GB of HBM: it needs 138" in text
+    assert "at least 5 chips' HBM" in text
+
+
+def test_a_mixture_of_experts_is_refused_until_its_layers_are_generated(tiny):
+    with pytest.raises(SimulatorError, match="mixture of experts .* not supported yet"):
+        step_workload(load_model("mixtral-8x7b"), tiny, Step("decode", 1, 1, 8), 1)
+
+
+def test_a_context_beyond_the_models_is_refused(tiny):
+    with pytest.raises(SimulatorError, match="at most 512 positions"):
+        infer(toy(), tiny, prompt=500, generate=20)
+
+
+def test_the_cli_prints_the_request_and_writes_json(tmp_path, capsys):
+    out = tmp_path / "r.json"
+    config = tmp_path / "toy.json"
+    config.write_text(json.dumps(TOY))
+    code = main(
+        ["infer", str(config), "--hardware", "tiny", "--prompt", "16", "--generate", "3"]
+        + ["--json", str(out)]
+    )
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "toy on tiny: batch 1, prompt 16, generate 3" in printed
+    assert "time to first token" in printed and "time per token" in printed
+    saved = json.loads(out.read_text())
+    assert saved["format"] == "npu-memsim/inference"
+    assert math.isclose(saved["e2e_us"], saved["ttft_us"] + 2 * saved["tpot_us"]["mean"])
+
+
+def test_cli_mistakes_are_one_line_and_exit_2(capsys):
+    assert main(["infer", "llama9"]) == 2
+    assert "error: llama9: no model named 'llama9'" in capsys.readouterr().err
+    assert main(["infer", "llama2-7b", "--set", "num_key_value_heads=7"]) == 2
+    assert "does not divide" in capsys.readouterr().err
