@@ -402,7 +402,7 @@ def _tune(args) -> int:
     workload = load_workload(args.workload, args.overrides)
     check_outputs([out] if out else [], args.force, (args.workload, workload.hardware.source))
     started = time.perf_counter()
-    matmuls = sum(1 for k in plan(workload).kernels if k.gemms)
+    matmuls = sum(1 for k in plan(workload).kernels if k.gemms and not k.attention)
     bar = (
         tqdm(total=matmuls, desc=f"tune {args.workload}", unit="kernel", leave=False)
         if sys.stderr.isatty() and matmuls

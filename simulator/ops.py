@@ -341,8 +341,17 @@ OPS: dict[str, OpSpec] = {
         # (a row of head_dim per position, small beside x): two multiplies and an add
         OpSpec("rope", "vector", (1, 1), "elementwise", 3, _elementwise("rope")),
         # max, subtract, exp, sum, divide along the row
+        # causal: row r of each batch attends to columns up to r mod N (its own position
+        # among N keys): an unfused kernel still computes and masks the whole row
         OpSpec(
-            "softmax", "vector", (1, 1), "transcendental", 5, _elementwise("softmax"), rowwise=True
+            "softmax",
+            "vector",
+            (1, 1),
+            "transcendental",
+            5,
+            _elementwise("softmax"),
+            rowwise=True,
+            attrs={"causal": (_bool, False)},
         ),
         # mean, variance, normalise, scale, shift
         OpSpec("layernorm", "vector", (3, 3), "reduction", 8, _norm("layernorm"), rowwise=True),

@@ -187,7 +187,7 @@ def tune(
     check_count("top", top)
     check_count("workers", workers)
     plan = plan_kernels(workload)
-    kernels = [k for k in plan.kernels if k.gemms]
+    kernels = [k for k in plan.kernels if k.gemms and not k.attention]  # attention: its own
     if not kernels:
         names = ", ".join(k.name for k in plan.kernels) or "none"
         raise SimulatorError(

@@ -1167,8 +1167,8 @@ schedule: {fusion: auto}
 # a table a user made from a sweep CSV with pandas: an index column, a column of notes
 USER_SWEEP_TABLE = "," + ",".join(["params.m", "error", *FIGURES, "my_notes"]) + "\n"
 HW_MTE3_LOADS = edit(
-    "paths: {UB->HBM: 64B/cycle}",  # MTE3 given a load
-    "paths: {UB->HBM: 64B/cycle, HBM->L1: 64B/cycle}",
+    "paths: {UB->HBM: 64B/cycle, UB->L1: 64B/cycle}",  # MTE3 given a load
+    "paths: {UB->HBM: 64B/cycle, UB->L1: 64B/cycle, HBM->L1: 64B/cycle}",
     text=edit("HBM->L1: 64B/cycle, ", "", text=HW),
 )
 

@@ -38,7 +38,8 @@ def test_plan_of_the_decode_layer_lists_kernels_and_reasons():
     result = run_cli("plan", "workloads/llama7b_decode_layer.yaml")
     assert result.returncode == 0, result.stderr
     out = result.stdout
-    assert "in 10 kernels" in out
+    assert "in 9 kernels" in out
+    assert re.search(r"qk\+smx\+pv +fused attention", out)
     assert re.search(r"gate\+up\+act\+glu +dual GEMM", out)
     assert "o_proj+attn_resid" in out and "down+ffn_resid" in out
     assert "ffn_norm: its input h1 is also read by ffn_resid" in out

@@ -304,7 +304,8 @@ def _check_invariants(
         )
     # bytes conserved: a block staged in L0A/L0B is consumed exactly once per GEMM reading
     # it (a dual GEMM shares its A block); nothing staged in UB is left unread (an op may
-    # read a value twice, x*x); what L1 receives came over L2 or HBM
+    # read a value twice, x*x); what L1 receives came over L2 or HBM (or, in fused attention,
+    # the probabilities from UB)
     for kernel, t in zip(program.kernels, kernel_traffic):
         for level, times in (("L0A", max(kernel.gemms, 1)), ("L0B", 1)):
             if t[level]["read_bytes"] != times * t[level]["write_bytes"]:
@@ -317,9 +318,8 @@ def _check_invariants(
                 f"kernel {kernel.name}: UB received {t['UB']['write_bytes']} B"
                 f" but gave only {t['UB']['read_bytes']} B"
             )
-        if t["L1"]["write_bytes"] > (
-            t["HBM"]["read_bytes"] + t["L2"]["read_bytes"] + t["L2"]["multicast_bytes"]
-        ):
+        received = t["HBM"]["read_bytes"] + t["L2"]["read_bytes"] + t["L2"]["multicast_bytes"]
+        if t["L1"]["write_bytes"] > received + kernel.l1_from_ub_bytes:
             raise InvariantError(
                 f"kernel {kernel.name}: L1 received {t['L1']['write_bytes']} B,"
                 " more than came from global memory"

@@ -166,7 +166,8 @@ class _Builder:
                 f"{p}v_heads", "reshape", [v], f"{p}vh", shape=[heads, s.new_tokens, hd]
             )
         scores = self.op(f"{p}qk", "batch_matmul", [qh, keys], f"{p}scores", transpose_b=True)
-        probs = self.op(f"{p}softmax", "softmax", [scores], f"{p}probs")
+        causal = {"causal": True} if s.phase == "prefill" else {}  # a prompt sees only its past
+        probs = self.op(f"{p}softmax", "softmax", [scores], f"{p}probs", **causal)
         context = self.op(f"{p}pv", "batch_matmul", [probs, values], f"{p}ctx")
         attn = self.op(
             f"{p}merge_heads", "reshape", [context], f"{p}attn", shape=[s.tokens, m.heads * hd]

@@ -14,6 +14,10 @@ The rules, stated once:
 4. A vector op that no kernel absorbed heads its own vector kernel.
 5. A reshape or a slice is a view: no kernel; its input goes to HBM and is read back
    reshaped, or sliced in place (`schedule.strided: copy` copies a slice first).
+6. Attention: a batch_matmul whose scores only a softmax reads, whose probabilities only
+   a second batch_matmul reads as its A operand, runs with them as one fused attention
+   kernel (schedule/attention.py): the scores never leave the chip. The chip must bring the
+   probabilities back to the Cube on chip (through the registers, or a UB->L1 path).
 With `fusion: none` every op is its own kernel. Explicit groups are checked
 against the same rules, and a group that breaks one is refused with the rule.
 """
@@ -26,7 +30,9 @@ from ..config.workload import Op, Workload
 from ..errors import ConfigError
 from ..graph.dataflow import DataflowGraph
 from ..ops import OPS
+from .attention import attention_blocks, attention_shape, route_refusal
 from .epilogue import epilogue_refusal
+from .tiling import TilingError
 
 DUAL_ACTIVATIONS = ("silu", "gelu", "relu")
 VIEW_READ = {"reshape": "under its new shape", "slice": "sliced in place"}
@@ -56,6 +62,14 @@ class Kernel:
     def tiling_op(self) -> str:
         """The op whose tiling entry applies to the kernel."""
         return self.ops[0].name
+
+    @property
+    def attention(self) -> bool:
+        """QK^T, softmax and PV as one kernel (rule 6): the second GEMM reads the
+        probabilities the kernel's softmax made."""
+        return len(self.gemms) == 2 and self.gemms[1].inputs[0] in {
+            op.output for op in self.epilogue
+        }
 
     @property
     def rowwise(self) -> bool:
@@ -89,6 +103,15 @@ def _refuse_unused_tilings(workload: Workload, plan: Plan) -> None:
     the kernel takes its first op's tiling. Refuse it, unless it says the same."""
     for kernel in plan.kernels:
         head = kernel.tiling_op
+        if kernel.attention and head in workload.tiling:
+            raise ConfigError(
+                workload.source,
+                [
+                    f"{workload.tiling[head].path}: {head} heads the fused attention kernel "
+                    f"{kernel.name}, whose blocks are derived from the buffers (schedule/"
+                    "attention.py); remove this tiling, or keep the ops apart with fusion: none"
+                ],
+            )
         for op in kernel.ops[1:]:
             spec = workload.tiling.get(op.name)
             if spec is not None and replace(spec, path="") != replace(
@@ -116,6 +139,7 @@ class _FusionPass:
         self.workload = graph.workload
         self.assigned: set[str] = set()
         self.reasons: dict[str, str] = {}
+        self.attention_refusals: dict[str, str] = {}  # second matmul -> why rule 6 failed
 
     def run(self, group_of: dict[str, set[str]] | None = None) -> Plan:
         """Grow kernels in execution order; `group_of` limits each head to its own group."""
@@ -128,7 +152,11 @@ class _FusionPass:
         heads = {k.ops[0].name for k in kernels} | {
             op.name for op in self.graph.ops if OPS[op.op].unit == "view"
         }
-        reasons = {name: why for name, why in self.reasons.items() if name in heads}
+        reasons = {
+            name: self.attention_refusals.get(name, why)
+            for name, why in self.reasons.items()
+            if name in heads
+        }
         for kernel in kernels:
             head = kernel.ops[0]
             if not kernel.gemms and head.name not in reasons:
@@ -170,6 +198,11 @@ class _FusionPass:
         ops = [head]
         self.assigned.add(head.name)
         tail = head.output
+        if head.op == "batch_matmul":
+            attention = self._attention(head, allowed)
+            if attention:
+                self.assigned.update(op.name for op in attention)
+                return _kernel([head, *attention])
         if OPS[head.op].unit == "cube":
             dual = self._dual(head, allowed)
             if dual:
@@ -221,6 +254,40 @@ class _FusionPass:
                         return dual
                     self._why(second, f"a dual GEMM with {first.name} would not fit: {refusal}")
         return None
+
+    def _attention(self, qk: Op, allowed: set[str] | None) -> list[Op] | None:
+        """[softmax, pv] when `qk` heads a fused attention kernel (rule 6)."""
+        graph = self.graph
+        users = graph.consumers(qk.output)
+        if len(users) != 1 or users[0].op != "softmax" or users[0].name in self.assigned:
+            return None
+        softmax = users[0]
+        users = graph.consumers(softmax.output)
+        if (
+            len(users) != 1
+            or users[0].op != "batch_matmul"
+            or users[0].inputs[0] != softmax.output
+            or users[0].attrs.get("transpose_a")
+            or (allowed is not None and not {softmax.name, users[0].name} <= allowed)
+        ):
+            return None
+        pv = users[0]
+        if not self._available(pv.inputs[1]):
+            self.attention_refusals[pv.name] = (
+                f"fused attention: {pv.inputs[1]} does not exist when {qk.name} starts"
+            )
+            return None
+        refusal = route_refusal(self.workload.hardware)
+        if refusal is None:
+            kernel = _kernel([qk, softmax, pv])
+            try:
+                attention_blocks(attention_shape(kernel, self.workload), self.workload.hardware)
+            except TilingError as exc:
+                refusal = str(exc)
+        if refusal:
+            self.attention_refusals[pv.name] = f"no fused attention with {qk.name}: {refusal}"
+            return None
+        return [softmax, pv]
 
     def _available(self, name: str) -> bool:
         """Whether a tensor exists when a kernel starts: an input, or made by an earlier

@@ -25,6 +25,7 @@ from ..config.workload import Op, Workload
 from ..cost import cube_call_cycles, vector_work
 from ..errors import SimulatorError
 from ..ops import DTYPE_BYTES, OPS, operands_of
+from .attention import lower_attention
 from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, in_registers, seeds_of
 from .footprint import INPUT_ROLES, read_once_bytes, refuse_if_over_capacity, tensor_roles
 from .fusion import Kernel, Plan
@@ -37,6 +38,7 @@ from .program import (
     Program,
     Region,
     SlotRing,
+    operand_region,
     transfer,
 )
 from .tiling import (
@@ -67,7 +69,9 @@ def lower(workload: Workload, plan: Plan) -> Program:
     total = 0
     for kernel in plan.kernels:
         try:
-            if kernel.gemms:
+            if kernel.attention:
+                lowered.append(lower_attention(kernel, workload, workload.hardware))
+            elif kernel.gemms:
                 lowered.append(lower_matmul(kernel, workload, workload.hardware, chunks))
             else:
                 lowered.append(lower_vector(kernel, workload, workload.hardware))
@@ -98,21 +102,6 @@ def lower(workload: Workload, plan: Plan) -> Program:
     nz = frozenset(t.name for t in workload.tensors.values() if t.layout == "nz")
     slices = {op.output: op.attrs["step"] for op in workload.ops if op.op == "slice"}
     return Program(tuple(lowered), geometry, compulsory, roles, nz, slices)
-
-
-def _operand_region(
-    name: str,
-    shape: tuple[int, ...],
-    transposed: bool,
-    batch: int,
-    rows: tuple[int, int],
-    cols: tuple[int, int],
-) -> Region:
-    """A logical (rows × cols) block of one batch of an operand, in its stored 2-D view."""
-    if transposed:
-        rows, cols = cols, rows
-    offset = batch * shape[-2]
-    return Region(name, offset + rows[0], offset + rows[1], cols[0], cols[1])
 
 
 class _Step(NamedTuple):
@@ -310,9 +299,9 @@ class _MatmulCore:
             rows, cols = (bm, min(m1, bm + t.base_m)), (bn, min(n1, bn + t.base_n))
             for kc in range(0, shape.k, chunk_k):
                 depth = (kc, min(shape.k, kc + chunk_k))
-                keys = [_operand_region(self.a, self.a_shape, self.transpose_a, b, rows, depth)]
+                keys = [operand_region(self.a, self.a_shape, self.transpose_a, b, rows, depth)]
                 keys += [
-                    _operand_region(name, bshape, tb, b, depth, cols)
+                    operand_region(name, bshape, tb, b, depth, cols)
                     for name, bshape, tb, _ in self.bs
                 ]
                 fresh = [staged.get(side) != key for side, key in enumerate(keys)]

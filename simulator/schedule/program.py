@@ -36,6 +36,22 @@ class Region:
         return f"{self.tensor}[{self.row0}:{self.row1}, {self.col0}:{self.col1}]"
 
 
+def operand_region(
+    name: str,
+    shape: tuple[int, ...],
+    transposed: bool,
+    batch: int,
+    rows: tuple[int, int],
+    cols: tuple[int, int],
+) -> Region:
+    """A logical (rows × cols) block of one batch of a matmul operand, in its stored 2-D
+    view (a transposed operand is stored cols × rows)."""
+    if transposed:
+        rows, cols = cols, rows
+    offset = batch * shape[-2]
+    return Region(name, offset + rows[0], offset + rows[1], cols[0], cols[1])
+
+
 @dataclass(frozen=True, slots=True, eq=False)
 class InstructionBase:
     """What every instruction has: the pipe that runs it, its trace label, the bytes it moves or
@@ -332,6 +348,7 @@ class KernelProgram:
     vector_work_bytes: float = 0.0  # vector ops: bytes × op cost factor
     cube_flops: int = 0  # the part of `flops` the Cube does
     gemms: int = 0  # GEMMs sharing each A block (dual GEMM: 2)
+    l1_from_ub_bytes: int = 0  # bytes L1 receives from UB, not from global memory (attention)
 
     @property
     def instruction_count(self) -> int:

@@ -18,7 +18,13 @@ def render_plan(workload, plan) -> str:
     for index, kernel in enumerate(plan.kernels, 1):
         produced = {op.output for op in kernel.ops}
         reads = ", ".join(sorted({n for op in kernel.ops for n in op.inputs} - produced))
-        kind = "dual GEMM" if len(kernel.gemms) > 1 else ("GEMM" if kernel.gemms else "vector")
+        kind = (
+            "fused attention"
+            if kernel.attention
+            else "dual GEMM"
+            if len(kernel.gemms) > 1
+            else ("GEMM" if kernel.gemms else "vector")
+        )
         chain = " → ".join(op.op for op in kernel.ops)
         rows.append((str(index), kernel.name, kind, chain, reads, kernel.output))
     header = ("#", "kernel", "kind", "ops", "reads from HBM", "writes")

@@ -1,0 +1,452 @@
+"""Fused attention (FlashAttention): QK^T, softmax and PV as one kernel whose scores and
+probabilities never leave the chip.
+
+Each core owns some (batch, query block) units, dealt in turn. Per unit:
+
+  MTE2    stages the query block Q in L1 once
+  for each key/value block (causal: only blocks at or before the unit's last query):
+    MTE2    stages the K and V blocks in L1
+    MTE1    moves Q → L0A and K → L0B;  CUBE  S = Q·Kᵀ into L0C
+    FIXPIPE drains S to UB (on a chip whose epilogues work in the registers, S stays there)
+    VECTOR  online softmax over the block: row max, P = exp(S − max), row sum, and the
+            running max and sum rescaled (two reductions and an exponential per score)
+    P reaches the Cube's A side: UB → L1 (MTE3) → L0A (MTE1), or in place in the registers
+    MTE1    moves V → L0B;  CUBE  P·V into L0C
+    the running O is rescaled: drained to UB and rescaled-and-added there by VECTOR, or (in
+            the registers) rescaled by VECTOR before the Cube accumulates the next P·V
+  VECTOR  divides O by the row sums; MTE3 (or FIXPIPE from the registers) stores O once
+
+HBM sees Q, K and V read and O written: the scores, whose size grows with the square of the
+sequence, stay on chip. The softmax rescaling is paid for in full, as vector work.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..config.hardware import ACCUMULATOR_BYTES, Hardware
+from ..config.workload import Workload
+from ..cost import cube_call_cycles, vector_op_cycles
+from ..errors import TilingError
+from ..ops import DTYPE_BYTES, OPS
+from .program import (
+    CoreBuilder,
+    CubeBlock,
+    Draft,
+    KernelProgram,
+    SlotRing,
+    VectorOp,
+    operand_region,
+    transfer,
+)
+from .tiling import round_up
+
+if TYPE_CHECKING:
+    from .fusion import Kernel
+
+BLOCKS = (128, 64, 32, 16)  # query and key/value block sizes tried, largest first
+O_BYTES = 4  # the running output O is kept in fp32 while it accumulates
+BUFFERS = 2
+
+
+@dataclass(frozen=True)
+class AttentionShape:
+    batch: int  # independent (sequence, key/value head) pairs
+    queries: int  # rows per batch (grouped-query heads stacked along them)
+    keys: int
+    head_dim: int
+    element_bytes: int
+    dtype: str
+    causal: bool
+
+
+def attention_shape(kernel: Kernel, workload: Workload) -> AttentionShape:
+    qk, softmax, pv = kernel.ops
+    q, k = (workload.tensors[n] for n in qk.inputs)
+    *batch, queries, head_dim = q.shape
+    keys = k.shape[-2] if qk.attrs.get("transpose_b") else k.shape[-1]
+    return AttentionShape(
+        math.prod(batch),
+        queries,
+        keys,
+        head_dim,
+        DTYPE_BYTES[q.dtype],
+        q.dtype,
+        bool(softmax.attrs.get("causal")),
+    )
+
+
+def route_refusal(hw: Hardware) -> str | None:
+    """Why the probabilities cannot reach the Cube on this chip, or None if they can."""
+    if hw.epilogue_in_registers or any(
+        ("UB", "L1") in e.path_bytes_per_cycle for e in hw.engines.values()
+    ):
+        return None
+    return (
+        f"{hw.name} has no path from UB back to L1 (UB->L1), so the softmax's probabilities "
+        "cannot reach the Cube on chip"
+    )
+
+
+def _needs(s: AttentionShape, block_q: int, block_kv: int, in_registers: bool) -> dict[str, int]:
+    """Bytes per core of each buffer for these blocks: the rings of _AttentionCore."""
+    d, e = s.head_dim, s.element_bytes
+    score_slots = 2 if in_registers else 1  # in the registers S stays until P·V has read it
+    needs = {
+        "L1": BUFFERS * (block_q * d + 2 * block_kv * d) * e,
+        "L0A": BUFFERS * block_q * (block_kv if not in_registers else d) * e,  # Q, P
+        "L0B": BUFFERS * block_kv * d * e,
+        "L0C": (score_slots * block_q * block_kv + block_q * d) * ACCUMULATOR_BYTES,
+        "UB": 0,
+    }
+    if not in_registers:  # P through L1 to L0A; S and P in UB; each P·V and the running O
+        needs["L1"] += BUFFERS * block_q * block_kv * e
+        needs["UB"] = BUFFERS * block_q * block_kv * e + 2 * block_q * d * O_BYTES
+    return needs
+
+
+def attention_blocks(s: AttentionShape, hw: Hardware) -> tuple[int, int]:
+    """The largest query and key/value blocks whose slots fit every buffer."""
+    fm, fn, _ = hw.cube.fractal[s.dtype]
+    for block_kv in BLOCKS:
+        for block_q in BLOCKS:
+            bq = min(round_up(s.queries, fm), block_q)
+            bkv = min(round_up(s.keys, fn), block_kv)
+            needs = _needs(s, bq, bkv, hw.epilogue_in_registers)
+            if all(n <= hw.buffer_bytes[b] for b, n in needs.items()):
+                return bq, bkv
+    raise TilingError(
+        f"no attention block of at least {BLOCKS[-1]} x {BLOCKS[-1]} fits {hw.name}'s buffers "
+        f"with head_dim {s.head_dim}"
+    )
+
+
+def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProgram:
+    shape = attention_shape(kernel, workload)
+    block_q, block_kv = attention_blocks(shape, hw)
+    units = [(b, q0) for b in range(shape.batch) for q0 in range(0, shape.queries, block_q)]
+    cores = []
+    flops = vector_work = 0.0
+    from_ub = 0
+    for core in range(min(hw.cores, len(units))):
+        builder = _AttentionCore(kernel, workload, hw, shape, block_q, block_kv)
+        for unit in units[core :: hw.cores]:
+            builder.unit(*unit)
+        cores.append(builder.core.build())
+        flops += builder.flops
+        vector_work += builder.vector_work
+        from_ub += builder.from_ub
+    tensors = workload.tensors
+    qk, _, pv = kernel.ops
+    inputs = [*qk.inputs, pv.inputs[1]]
+    return KernelProgram(
+        kernel.name,
+        tuple(op.name for op in kernel.ops),
+        True,
+        "cube",
+        shape.dtype,
+        int(flops),
+        tuple(cores),
+        {"block_q": block_q, "block_kv": block_kv},
+        sum(tensors[n].nbytes for n in inputs),
+        tensors[kernel.output].nbytes,
+        _needs(shape, block_q, block_kv, hw.epilogue_in_registers),
+        vector_work_bytes=vector_work,
+        cube_flops=int(flops),
+        gemms=1,
+        l1_from_ub_bytes=from_ub,
+    )
+
+
+class _AttentionCore:
+    """One core's program: its units one after another, the slots shared between them."""
+
+    def __init__(
+        self,
+        kernel: Kernel,
+        workload: Workload,
+        hw: Hardware,
+        shape: AttentionShape,
+        block_q: int,
+        block_kv: int,
+    ):
+        self.hw, self.s, self.bq, self.bkv = hw, shape, block_q, block_kv
+        self.qk, _, self.pv = kernel.ops
+        self.tensors = workload.tensors
+        self.out = kernel.output
+        self.in_registers = hw.epilogue_in_registers
+        self.fractal = hw.cube.fractal[shape.dtype]
+        self.flops = self.vector_work = 0.0
+        self.from_ub = 0
+        core = self.core = CoreBuilder()
+        d, e = _padded(shape.head_dim, hw, shape.dtype), shape.element_bytes
+        self.l1_q = SlotRing(core, "L1", block_q * d * e, BUFFERS)
+        self.l1_k = SlotRing(core, "L1", block_kv * d * e, BUFFERS)
+        self.l1_v = SlotRing(core, "L1", block_kv * d * e, BUFFERS)
+        a_block = block_q * (d if self.in_registers else max(d, block_kv)) * e
+        self.l0a = SlotRing(core, "L0A", a_block, BUFFERS)  # Q for S, and (through UB) P
+        self.l0b = SlotRing(core, "L0B", block_kv * d * e, BUFFERS)
+        score_slots = 2 if self.in_registers else 1
+        self.l0c_s = SlotRing(core, "L0C", block_q * block_kv * ACCUMULATOR_BYTES, score_slots)
+        self.l0c_o = SlotRing(core, "L0C", block_q * d * ACCUMULATOR_BYTES, 1)
+        if not self.in_registers:
+            self.l1_p = SlotRing(core, "L1", block_q * block_kv * e, BUFFERS)
+            self.ub_s = SlotRing(core, "UB", block_q * block_kv * e, BUFFERS)
+            self.ub_o = SlotRing(core, "UB", block_q * d * O_BYTES, 1)
+
+    def _vector(
+        self,
+        label: str,
+        passes: int,
+        cost_class: str,
+        width: int,
+        level: str,
+        reads: int,
+        writes: int,
+    ) -> Draft:
+        """One vector instruction making `passes` passes of a cost class over `reads` bytes
+        of `width`-byte values in `level`, as a vector op of that class costs."""
+        spec = self.hw.vector
+        elements = reads // width // passes
+        cycles = spec.latency_cycles + passes * (
+            vector_op_cycles(spec, elements, width, cost_class) - spec.latency_cycles
+        )
+        self.vector_work += passes * elements * width * spec.cost_factor[cost_class]
+        return self.core.emit(
+            Draft(
+                VectorOp,
+                "VECTOR",
+                label,
+                writes,
+                reads=((level, reads),),
+                writes=((level, writes),),
+                cycles=cycles,
+            )
+        )
+
+    def _move(self, label: str, dst: str, rows: int, cols: int) -> Draft:
+        """L1 → L0A or L0B: a rows × cols operand block, padded to whole fractals."""
+        fm, fn, fk = self.fractal
+        if dst == "L0A":
+            padded = round_up(rows, fm) * round_up(cols, fk)
+        else:
+            padded = round_up(rows, fk) * round_up(cols, fn)
+        return self.core.emit(transfer("MTE1", label, "L1", dst, padded * self.s.element_bytes))
+
+    def _mmad(self, label: str, m: int, n: int, k: int) -> Draft:
+        fm, fn, fk = self.fractal
+        self.flops += 2 * m * n * k
+        e = self.s.element_bytes
+        return self.core.emit(
+            Draft(
+                CubeBlock,
+                "CUBE",
+                label,
+                cycles=cube_call_cycles(
+                    self.hw.cube, round_up(m, fm), round_up(n, fn), k, self.fractal
+                ),
+                reads=(
+                    ("L0A", round_up(m, fm) * round_up(k, fk) * e),
+                    ("L0B", round_up(k, fk) * round_up(n, fn) * e),
+                ),
+                writes=(("L0C", round_up(m, fm) * round_up(n, fn) * ACCUMULATOR_BYTES),),
+            )
+        )
+
+    def _load(self, name: str, transposed: bool, b: int, rows, cols) -> Draft:
+        tensor = self.tensors[name]
+        region = operand_region(name, tensor.shape, transposed, b, rows, cols)
+        nbytes = (rows[1] - rows[0]) * (cols[1] - cols[0]) * self.s.element_bytes
+        return self.core.emit(transfer("MTE2", f"load {region}", "HBM", "L1", nbytes, region))
+
+    def _keys_seen(self, q0: int, q1: int) -> int:
+        """How many keys the unit's queries attend to: all, or (causal) up to the latest
+        position among them (a query's position is its row among each group of `keys`); the
+        key blocks past it are skipped, the one it falls in computed whole and masked."""
+        s = self.s
+        if not s.causal or (q1 - 1) // s.keys != q0 // s.keys:
+            return s.keys
+        return (q1 - 1) % s.keys + 1
+
+    def unit(self, b: int, q0: int) -> None:
+        """One (batch, query block): Q staged once, then its key/value blocks software-
+        pipelined one deep, as FlashAttention kernels are: the scores and softmax of block
+        j + 1 are issued before the P·V and the O update of block j, so the Cube and the
+        vector unit work on neighbouring blocks side by side."""
+        s, core, d = self.s, self.core, self.s.head_dim
+        q1 = min(s.queries, q0 + self.bq)
+        rows = q1 - q0
+        transpose_q = bool(self.qk.attrs.get("transpose_a"))
+        q_slot = self.l1_q.fill(self._load(self.qk.inputs[0], transpose_q, b, (q0, q1), (0, d)))
+        flags = core.new_flag(0, "data"), core.new_flag(0, "data")
+        unit = _Unit(rows, q0, q1, b, q_slot, *flags)
+        starts = range(0, self._keys_seen(q0, q1), self.bkv)
+        blocks = []
+        for index, k0 in enumerate(starts):
+            blocks.append(self._scores(unit, k0, index == 0, index == len(starts) - 1))
+            if index:
+                self._output(unit, blocks[index - 1], index - 1)
+        self._output(unit, blocks[-1], len(blocks) - 1)
+        self._store(unit)
+
+    def _scores(self, unit: _Unit, k0: int, first: bool, last: bool) -> _Block:
+        """Stage one of a block: stage K and V, S = Q·Kᵀ, the block's softmax (and, through
+        UB, P on its way back to L1)."""
+        s, core, d, rows = self.s, self.core, self.s.head_dim, unit.rows
+        k1 = min(s.keys, k0 + self.bkv)  # a block on the diagonal is computed whole
+        cols = k1 - k0
+        (_, k_name), v_name = self.qk.inputs, self.pv.inputs[1]
+        transpose_k = bool(self.qk.attrs.get("transpose_b"))
+        transpose_v = bool(self.pv.attrs.get("transpose_b"))
+        k_slot = self.l1_k.fill(self._load(k_name, transpose_k, unit.b, (0, d), (k0, k1)))
+        v_slot = self.l1_v.fill(self._load(v_name, transpose_v, unit.b, (k0, k1), (0, d)))
+        q_move = self._move(f"move Q k{k0}", "L0A", rows, d)
+        if first:
+            self.l1_q.first_use(q_move, unit.q_slot)
+        if last:
+            self.l1_q.last_use(q_move, unit.q_slot)
+        qa = self.l0a.fill(q_move)
+        k_move = self._move(f"move K k{k0}", "L0B", d, cols)
+        self.l1_k.first_use(k_move, k_slot)
+        self.l1_k.last_use(k_move, k_slot)
+        kb = self.l0b.fill(k_move)
+        score = self._mmad(f"mmad S {rows}x{cols}x{d}", rows, cols, d)
+        self.l0a.first_use(score, qa)
+        self.l0a.last_use(score, qa)
+        self.l0b.first_use(score, kb)
+        self.l0b.last_use(score, kb)
+        s_slot = self.l0c_s.fill(score)
+        # the block's softmax costs what the softmax op costs per score (max, exp, sum);
+        # what the online form adds is the rescaling of O, in the output stage
+        elements = rows * cols
+        score_bytes = elements * s.element_bytes
+        block = _Block(k0, cols, v_slot, s_slot)
+        softmax_class = OPS["softmax"].cost_class
+        if self.in_registers:
+            softmax = self._vector(
+                f"softmax k{k0}", 1, softmax_class, s.element_bytes, "L0C", score_bytes, score_bytes
+            )
+            self.l0c_s.first_use(softmax, s_slot)
+            block.p_ready = core.new_flag(0, "data")
+            softmax.signals(block.p_ready)
+        else:
+            drain = core.emit(transfer("FIXPIPE", f"drain S k{k0}", "L0C", "UB", score_bytes))
+            self.l0c_s.first_use(drain, s_slot)
+            self.l0c_s.last_use(drain, s_slot)
+            ub_slot = self.ub_s.fill(drain)
+            softmax = self._vector(  # P overwrites S in place
+                f"softmax k{k0}", 1, softmax_class, s.element_bytes, "UB", score_bytes, score_bytes
+            )
+            self.ub_s.first_use(softmax, ub_slot)
+            softmax.signals(self.ub_s.done[ub_slot])
+            p_out = core.emit(transfer("MTE3", f"move P k{k0}", "UB", "L1", score_bytes))
+            self.from_ub += score_bytes
+            p_out.waits_for(self.ub_s.done[ub_slot])
+            self.ub_s.last_use(p_out, ub_slot)
+            block.p_slot = self.l1_p.fill(p_out)
+        unit.holds_o = unit.holds_o or softmax
+        return block
+
+    def _output(self, unit: _Unit, block: _Block, index: int) -> None:
+        """Stage two of a block: P·V, and the running O rescaled by the block's new row
+        maxima and accumulated."""
+        s, core, d, rows, k0 = self.s, self.core, self.s.head_dim, unit.rows, block.k0
+        elements = rows * block.cols
+        if not self.in_registers:
+            p_move = self._move(f"move P k{k0}", "L0A", rows, block.cols)
+            self.l1_p.first_use(p_move, block.p_slot)
+            self.l1_p.last_use(p_move, block.p_slot)
+            pa = self.l0a.fill(p_move)
+        v_move = self._move(f"move V k{k0}", "L0B", block.cols, d)
+        self.l1_v.first_use(v_move, block.v_slot)
+        self.l1_v.last_use(v_move, block.v_slot)
+        vb = self.l0b.fill(v_move)
+        o_bytes = rows * d * O_BYTES
+        if self.in_registers and index:  # the Cube accumulates into the rescaled O
+            rescale = self._vector(
+                f"rescale O k{k0}", 1, "elementwise", O_BYTES, "L0C", o_bytes, o_bytes
+            )
+            rescale.waits_for(unit.o_done)
+            rescale.signals(unit.o_scaled)
+        pv = self._mmad(f"mmad O {rows}x{d}x{block.cols}", rows, d, block.cols)
+        self.l0b.first_use(pv, vb)
+        self.l0b.last_use(pv, vb)
+        if self.in_registers:  # P is read where the softmax left it
+            pv.reads = (("L0C", elements * s.element_bytes), pv.reads[1])
+            pv.waits_for(block.p_ready)
+            self.l0c_s.last_use(pv, block.s_slot)
+            if index == 0:
+                unit.o_slot = self.l0c_o.fill(pv, marks_ready=False)
+            else:
+                pv.waits_for(unit.o_scaled)
+            pv.signals(unit.o_done)
+            return
+        self.l0a.first_use(pv, pa)
+        self.l0a.last_use(pv, pa)
+        o_slot = self.l0c_o.fill(pv)
+        drain_o = core.emit(transfer("FIXPIPE", f"drain O k{k0}", "L0C", "UB", o_bytes))
+        self.l0c_o.first_use(drain_o, o_slot)
+        self.l0c_o.last_use(drain_o, o_slot)
+        part = self.ub_o.fill(drain_o)
+        add = self._vector(  # O = O·rescale + P·V: reads both, writes O
+            f"rescale O k{k0}", 2, "elementwise", O_BYTES, "UB", 2 * o_bytes, o_bytes
+        )
+        self.ub_o.first_use(add, part)
+        self.ub_o.last_use(add, part)
+
+    def _store(self, unit: _Unit) -> None:
+        """O divided by the row sums, then stored once."""
+        s, core, d, rows = self.s, self.core, self.s.head_dim, unit.rows
+        level = "L0C" if self.in_registers else "UB"
+        nbytes = rows * d * s.element_bytes
+        o_bytes = rows * d * O_BYTES
+        final = self._vector("normalise O", 1, "elementwise", O_BYTES, level, o_bytes, nbytes)
+        finished = core.new_flag(0, "data")
+        final.signals(finished)
+        shape = self.tensors[self.out].shape
+        region = operand_region(self.out, shape, False, unit.b, (unit.q0, unit.q1), (0, d))
+        if self.in_registers:
+            final.waits_for(unit.o_done)
+            store = transfer("FIXPIPE", f"store {region}", "L0C", "HBM", nbytes, region)
+            self.l0c_o.last_use(store, unit.o_slot)
+        else:  # the running O holds UB from the unit's first softmax to the store
+            store = transfer("MTE3", f"store {region}", "UB", "HBM", nbytes, region)
+            if unit.holds_o is not None:
+                unit.holds_o.takes("UB", o_bytes)
+                store.frees("UB", o_bytes)
+        store.waits_for(finished)
+        core.emit(store)
+
+
+@dataclass
+class _Unit:
+    """What the stages of one (batch, query block) share."""
+
+    rows: int
+    q0: int
+    q1: int
+    b: int
+    q_slot: int  # of Q in L1
+    o_done: int  # flag: a P·V accumulated into the running O
+    o_scaled: int  # flag: the running O rescaled (in the registers)
+    o_slot: int = 0
+    holds_o: Draft | None = None  # the first instruction that needs the running O
+
+
+@dataclass
+class _Block:
+    """What the output stage of a key/value block needs from its scores stage."""
+
+    k0: int
+    cols: int
+    v_slot: int
+    s_slot: int
+    p_ready: int = 0  # flag: P in the registers (epilogues in the registers)
+    p_slot: int = 0  # P's slot in L1 (through UB)
+
+
+def _padded(head_dim: int, hw: Hardware, dtype: str) -> int:
+    fm, fn, fk = hw.cube.fractal[dtype]
+    return round_up(head_dim, math.lcm(fn, fk))

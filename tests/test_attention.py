@@ -1,0 +1,120 @@
+"""Fused attention (FlashAttention) on the tiny chip: when the fusion pass forms it, what it
+moves over HBM, what causality saves, and the chips and tilings it refuses."""
+
+from dataclasses import replace
+
+import pytest
+
+from simulator.config.workload import parse_workload
+from simulator.errors import ConfigError
+from simulator.pipeline import plan_kernels, simulate
+from simulator.schedule.attention import attention_blocks, attention_shape
+
+
+def attention(
+    hw, queries=64, keys=128, heads=2, head_dim=64, causal=False, fusion="auto", tiling=None
+):
+    raw = {
+        "name": "attention",
+        "hardware": hw.name,
+        "tensors": {
+            "q": {"shape": [heads, queries, head_dim]},
+            "k": {"shape": [heads, keys, head_dim], "kind": "cache"},
+            "v": {"shape": [heads, keys, head_dim], "kind": "cache"},
+        },
+        "ops": [
+            {
+                "name": "qk",
+                "op": "batch_matmul",
+                "inputs": ["q", "k"],
+                "output": "s",
+                "attrs": {"transpose_b": True},
+            },
+            {
+                "name": "smx",
+                "op": "softmax",
+                "inputs": ["s"],
+                "output": "p",
+                "attrs": {"causal": causal},
+            },
+            {"name": "pv", "op": "batch_matmul", "inputs": ["p", "v"], "output": "o"},
+        ],
+        "schedule": {"fusion": fusion, "tiling": tiling or {}},
+    }
+    return parse_workload(raw, "<attention>", hw)
+
+
+@pytest.fixture(params=["ub", "registers"])
+def chip(request, tiny):
+    """The tiny chip as it is (P back to the Cube through UB → L1) and with epilogues in the
+    registers (P stays where the softmax left it, as on the GPU presets)."""
+    return tiny if request.param == "ub" else replace(tiny, epilogue_in_registers=True)
+
+
+def test_qk_softmax_pv_fuse_into_one_kernel(chip):
+    kernels = plan_kernels(attention(chip)).kernels
+    assert [k.name for k in kernels] == ["qk+smx+pv"]
+    assert kernels[0].attention
+
+
+def test_hbm_sees_q_k_v_read_once_and_o_written_once(chip):
+    """One query block per head: every K and V block is read once, Q once, O written once;
+    the scores and probabilities never reach HBM."""
+    w = attention(chip, queries=16)
+    report = simulate(w).to_dict()
+    hbm = report["traffic"]["HBM"]
+    nbytes = {name: t.nbytes for name, t in w.tensors.items()}
+    assert hbm["read_bytes"] == nbytes["q"] + nbytes["k"] + nbytes["v"]
+    assert hbm["write_bytes"] == nbytes["o"]
+    assert report["tensors"].get("s", {"role": "on_chip"})["role"] == "on_chip"
+
+
+def test_fused_attention_moves_fewer_bytes_than_unfused(chip):
+    fused = simulate(attention(chip)).to_dict()["traffic"]["HBM"]
+    unfused = simulate(attention(chip, fusion="none")).to_dict()["traffic"]["HBM"]
+    assert (
+        fused["read_bytes"] + fused["write_bytes"] < unfused["read_bytes"] + unfused["write_bytes"]
+    )
+
+
+def test_time_depends_on_the_blocks_the_buffers_allow(tiny):
+    """Where P stays in the registers, 32-query blocks fit and fused attention is faster;
+    through tiny's 16 KiB UB only 16-query blocks fit, every one re-reads K and V and waits
+    on the trip of P back to the Cube, and the three separate kernels are faster."""
+    registers = replace(tiny, epilogue_in_registers=True)
+    for chip, fused_wins in ((registers, True), (tiny, False)):
+        fused = simulate(attention(chip, keys=1024)).cycles
+        unfused = simulate(attention(chip, keys=1024, fusion="none")).cycles
+        assert (fused < unfused) is fused_wins
+
+
+def test_causal_attention_skips_the_blocks_after_each_querys_position(tiny):
+    """128 queries over their own 128 keys, in blocks of 16 queries and 32 keys: a query
+    block ending at position p computes only the key blocks up to p, so the Cube does
+    sum over the 8 query blocks of ceil((16 i + 16) / 32) key blocks: 20 of 32."""
+    full = simulate(attention(tiny, queries=128, keys=128)).to_dict()
+    causal = simulate(attention(tiny, queries=128, keys=128, causal=True)).to_dict()
+    w = attention(tiny)
+    assert attention_blocks(attention_shape(plan_kernels(w).kernels[0], w), tiny) == (16, 32)
+    blocks = sum(-(-(16 * i + 16) // 32) for i in range(8))
+    assert causal["flops"] * 32 == full["flops"] * blocks
+    assert causal["cycles"] < full["cycles"]
+
+
+def test_a_chip_that_cannot_bring_p_back_to_the_cube_keeps_the_ops_apart(tiny):
+    engines = {**tiny.engines}
+    engines["MTE3"] = replace(
+        engines["MTE3"],
+        path_bytes_per_cycle={
+            k: v for k, v in engines["MTE3"].path_bytes_per_cycle.items() if k != ("UB", "L1")
+        },
+    )
+    plan = plan_kernels(attention(replace(tiny, engines=engines)))
+    assert [k.name for k in plan.kernels] != ["qk+smx+pv"]
+    assert "no fused attention with qk: tiny has no path from UB back to L1" in plan.reasons["pv"]
+
+
+def test_a_tiling_for_the_head_of_a_fused_attention_kernel_is_refused(tiny):
+    w = attention(tiny, tiling={"qk": {"base": {"m": 16, "n": 16, "k": 16}}})
+    with pytest.raises(ConfigError, match="heads the fused attention kernel qk\\+smx\\+pv"):
+        plan_kernels(w)
