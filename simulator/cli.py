@@ -161,6 +161,7 @@ def _infer(args) -> int:
             generate=args.generate,
             fusion=args.fusion,
             weights=args.weights,
+            chips=args.chips,
             exact=args.exact,
             on_step=on_step,
         )

@@ -123,6 +123,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--weights", choices=("fp16", "int8"), default="fp16", help="weight dtype (default fp16)"
     )
     infer.add_argument(
+        "--chips",
+        type=_count,
+        default=1,
+        help="chips in tensor parallel: heads and MLP columns split, an all-reduce after "
+        "attention and after the MLP over the preset's link (default 1)",
+    )
+    infer.add_argument(
         "--exact", action="store_true", help="simulate every layer of every decode step"
     )
     _overrides(

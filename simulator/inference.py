@@ -17,15 +17,14 @@ both, and `exact=True` turns them off:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .config.hardware import Hardware
-from .config.model import ModelConfig, kv_cache_bytes
+from .config.model import ModelConfig, kv_cache_bytes, shard
 from .config.transformer import WEIGHT_DTYPES, Step, layer_and_role, step_workload
-from .errors import SimulatorError, check_count
+from .errors import ConfigError, InvariantError, SimulatorError, check_count
 from .pipeline import simulate
 from .report import SimulationReport
 from .units import format_bytes_decimal as fmt_bytes
@@ -37,6 +36,8 @@ TIME_CLASSES = ("gemm", "attention", "norm", "other", "launch", "communication")
 ATTENTION_OPS = ("qk", "softmax", "pv")
 FIRST_LAYERS = 3  # simulated first: the first layer differs (it follows the embedding)
 DECODE_POINTS = 3
+MAX_CHIPS = 64  # the largest tensor-parallel group a refusal suggests
+ACTIVATION_BYTES = 2  # fp16 activations cross the links
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class InferenceReport:
     generate: int
     fusion: str
     weights: str
+    chips: int  # in tensor parallel; times are the group's, the footprint one chip's
     prefill: StepTime
     decode: tuple[StepTime, ...]  # one per decode step, in order
     footprint: Footprint
@@ -129,6 +131,7 @@ class InferenceReport:
             "generate": self.generate,
             "fusion": self.fusion,
             "weights": self.weights,
+            "chips": self.chips,
             "ttft_us": self.ttft_us,
             "tpot_us": tpot,
             "tokens_per_s": self.batch * 1e6 / tpot["mean"] if tpot["mean"] else 0.0,
@@ -139,7 +142,8 @@ class InferenceReport:
                     c: self.us(sum(s.by_class_cycles[c] for s in self.decode)) for c in TIME_CLASSES
                 },
             },
-            "hbm_bytes_per_token": (
+            "hbm_bytes_per_token": self.chips  # every chip of the group reads its share
+            * (
                 sum(s.hbm_bytes for s in self.decode) / len(self.decode) / self.batch
                 if self.decode
                 else self.prefill.hbm_bytes / (self.batch * self.prompt)
@@ -168,14 +172,26 @@ def infer(
     generate: int = 128,
     fusion: str = "none",
     weights: str = "fp16",
+    chips: int = 1,
     exact: bool = False,
     decode_points: int = DECODE_POINTS,
     on_step: Callable[[str], None] | None = None,
 ) -> InferenceReport:
     """Simulate one request of `batch` prompts of `prompt` tokens generating `generate`
-    tokens each; `on_step` hears of each simulated step (for a progress bar)."""
-    for name, value in (("batch", batch), ("prompt", prompt), ("decode_points", decode_points)):
+    tokens each, on `chips` chips in tensor parallel; `on_step` hears of each simulated step
+    (for a progress bar)."""
+    for name, value in (
+        ("batch", batch),
+        ("prompt", prompt),
+        ("chips", chips),
+        ("decode_points", decode_points),
+    ):
         check_count(name, value)
+    if chips > 1 and hardware.link is None:
+        raise SimulatorError(
+            f"{hardware.name} names no link to other chips (link: in its preset), so tensor "
+            f"parallelism over {chips} chips cannot be modelled"
+        )
     if isinstance(generate, bool) or not isinstance(generate, int) or generate < 0:
         raise SimulatorError(f"generate must be a whole number of tokens, got {generate!r}")
     if fusion not in ("none", "auto"):
@@ -189,20 +205,24 @@ def infer(
             f"is {prompt + generate:,}"
         )
 
+    part = shard(model, chips)
+
     def run(step: Step, layers: int) -> SimulationReport:
         if on_step:
             on_step(f"{step.phase} @ {step.context}: {layers} layers")
-        return simulate(step_workload(model, hardware, step, layers, fusion, weights))
+        return simulate(step_workload(part, hardware, step, layers, fusion, weights))
+
+    def whole(step: Step) -> StepTime:
+        return _with_communication(_whole_model_step(part, step, run, exact), part, hardware, step)
 
     prefill_step = Step("prefill", batch, prompt, prompt)
-    footprint = _footprint(model, hardware, prefill_step, prompt + generate, fusion, weights)
-    _refuse_if_too_large(model, hardware, footprint)
-    prefill = _whole_model_step(model, prefill_step, run, exact)
+    footprint = _footprint(part, hardware, prefill_step, prompt + generate, fusion, weights)
+    if footprint.total_bytes > footprint.hbm_capacity_bytes:
+        _refuse(model, part, hardware, footprint, prefill_step, prompt + generate, fusion, weights)
+    prefill = whole(prefill_step)
     contexts = [prompt + j for j in range(1, generate)]
     sampled = contexts if exact else _spread(contexts, decode_points)
-    simulated = {
-        c: _whole_model_step(model, Step("decode", batch, 1, c), run, exact) for c in sampled
-    }
+    simulated = {c: whole(Step("decode", batch, 1, c)) for c in sampled}
     decode = tuple(_interpolated(simulated, c) for c in contexts)
     layers = sorted({s.layers_simulated for s in (prefill, *simulated.values())})
     method = (
@@ -224,6 +244,7 @@ def infer(
         generate,
         fusion,
         weights,
+        chips,
         prefill,
         decode,
         footprint,
@@ -334,14 +355,65 @@ def _footprint(
     )
 
 
-def _refuse_if_too_large(model: ModelConfig, hardware: Hardware, footprint: Footprint) -> None:
-    if footprint.total_bytes <= footprint.hbm_capacity_bytes:
-        return
-    chips = math.ceil(footprint.total_bytes / footprint.hbm_capacity_bytes)
-    raise SimulatorError(
-        f"{model.name} does not fit in {hardware.name}'s {fmt_bytes(footprint.hbm_capacity_bytes)} "
-        f"of HBM: it needs {fmt_bytes(footprint.total_bytes)} (weights "
+def _refuse(
+    model: ModelConfig,
+    part: ModelConfig,
+    hardware: Hardware,
+    footprint: Footprint,
+    prefill: Step,
+    longest: int,
+    fusion: str,
+    weights: str,
+) -> None:
+    """A model that does not fit is refused with its footprint and, where the chip has a
+    link, the fewest chips whose shares would fit (heads and MLP split evenly)."""
+    where = f"{part.chips} x {hardware.name}" if part.chips > 1 else hardware.name
+    message = (
+        f"{part.name} does not fit in {where}'s {fmt_bytes(footprint.hbm_capacity_bytes)} of "
+        f"HBM per chip: it needs {fmt_bytes(footprint.total_bytes)} (weights "
         f"{fmt_bytes(footprint.weight_bytes)}, KV cache {fmt_bytes(footprint.kv_cache_bytes)}, "
-        f"activations {fmt_bytes(footprint.activation_bytes)}): at least {chips} chips' HBM; "
-        "try int8 weights, a shorter context or a smaller batch"
+        f"activations {fmt_bytes(footprint.activation_bytes)})"
     )
+    fits = None
+    if hardware.link is not None:
+        for chips in range(part.chips + 1, MAX_CHIPS + 1):
+            try:
+                candidate = shard(model, chips)
+            except ConfigError:
+                continue
+            need = _footprint(candidate, hardware, prefill, longest, fusion, weights)
+            if need.total_bytes <= need.hbm_capacity_bytes:
+                fits = chips
+                break
+    advice = (
+        f"; it fits on {fits} chips: --chips {fits}"
+        if fits
+        else ("; try int8 weights, a shorter context or a smaller batch")
+    )
+    raise SimulatorError(message + advice)
+
+
+def _with_communication(
+    time: StepTime, part: ModelConfig, hardware: Hardware, step: Step
+) -> StepTime:
+    """A step's time with its tensor-parallel collectives: a ring all-reduce of the
+    activations after each layer's attention and after its MLP, and an all-gather of the
+    logits. A collective costs the link's start-up once, then its ring's bytes at the link's
+    rate: an all-reduce of S bytes over N chips sends 2(N - 1) shares of S/N, an all-gather
+    N - 1. The collectives are not overlapped with compute."""
+    chips = part.chips
+    if chips == 1:
+        return time
+    link = hardware.link
+    if link is None:
+        raise InvariantError(f"{chips} chips on {hardware.name}, which has no link")
+
+    def ring(steps: int, nbytes: int) -> float:
+        return link.latency_cycles + steps * nbytes / chips / link.bytes_per_cycle
+
+    activations = step.tokens * part.hidden * ACTIVATION_BYTES
+    logits = step.batch * part.head_vocab * chips * ACTIVATION_BYTES
+    cycles = 2 * part.layers * ring(2 * (chips - 1), activations) + ring(chips - 1, logits)
+    by_class = dict(time.by_class_cycles)
+    by_class["communication"] += cycles
+    return replace(time, cycles=time.cycles + cycles, by_class_cycles=by_class)

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from simulator.cli import main
-from simulator.config.model import load_model, model_names, parse_model
+from simulator.config.model import load_model, model_names, parse_model, shard
 from simulator.config.transformer import Step, step_workload
 from simulator.errors import ConfigError, SimulatorError
 from simulator.inference import infer
@@ -144,14 +144,43 @@ def test_generate_zero_is_the_prefill_alone(tiny):
     assert report.e2e_us == report.ttft_us > 0
 
 
-def test_a_model_too_large_for_the_chip_is_refused_with_its_footprint():
+def test_a_model_too_large_for_the_chip_is_refused_then_runs_on_the_chips_suggested():
+    """LLaMA-2-70B needs 138 GB in fp16: one ascend910 (32 GB) refuses it and names the
+    fewest chips whose shares fit with 64 heads split evenly (5 would fit the bytes, but 64
+    heads do not split over 5, 6 or 7); on that many it runs, every chip holding an eighth."""
     from simulator.config.hardware import load_hardware
 
+    hw, model = load_hardware("ascend910"), load_model("llama2-70b")
     with pytest.raises(SimulatorError) as info:
-        infer(load_model("llama2-70b"), load_hardware("ascend910"), prompt=128, generate=8)
+        infer(model, hw, prompt=16, generate=2)
     text = str(info.value)
-    assert "llama2-70b does not fit in ascend910's 32.0 GB of HBM: it needs 138" in text
-    assert "at least 5 chips' HBM" in text
+    assert "llama2-70b does not fit in ascend910's 32.0 GB of HBM per chip: it needs 138" in text
+    assert text.endswith("it fits on 8 chips: --chips 8")
+    report = infer(model, hw, prompt=16, generate=2, chips=8)
+    assert report.footprint.total_bytes <= report.footprint.hbm_capacity_bytes
+    # an eighth of the heads, MLP and LM head; the embedding table and the norms whole
+    assert report.footprint.weight_bytes == 2 * shard(model, 8).weight_count()
+
+
+def test_tensor_parallel_communication_takes_at_least_its_bytes_over_the_link(tiny):
+    """Two chips: per layer two all-reduces of the step's activations, each sending
+    2(N - 1)/N of them over the link; the report's communication is at least that."""
+    model = toy()
+    report = infer(model, tiny, prompt=16, generate=3, chips=2)
+    for step in (report.prefill, *report.decode):
+        activations = (16 if step.phase == "prefill" else 1) * model.hidden * 2
+        floor = 2 * model.layers * (2 * 1 / 2) * activations / tiny.link.bytes_per_cycle
+        assert step.by_class_cycles["communication"] >= floor
+    assert report.to_dict()["breakdown_us"]["decode"]["communication"] > 0
+
+
+def test_tensor_parallelism_needs_an_even_split_and_a_link(tiny):
+    from dataclasses import replace
+
+    with pytest.raises(ConfigError, match="num_attention_heads 4 is not a multiple of 3 chips"):
+        infer(toy(), tiny, prompt=16, generate=2, chips=3)
+    with pytest.raises(SimulatorError, match="names no link to other chips"):
+        infer(toy(), replace(tiny, link=None), prompt=16, generate=2, chips=2)
 
 
 def test_a_mixture_of_experts_is_refused_until_its_layers_are_generated(tiny):

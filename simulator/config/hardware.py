@@ -86,6 +86,15 @@ class Vector:
 
 
 @dataclass(frozen=True)
+class Link:
+    """The chip-to-chip link a tensor-parallel all-reduce crosses: what one chip sends per
+    cycle in one direction, and the start-up of one collective (a small all-reduce's time)."""
+
+    bytes_per_cycle: float
+    latency_cycles: int
+
+
+@dataclass(frozen=True)
 class Hardware:
     """A chip as the model needs it, every figure resolved to bytes and cycles once at load,
     so no later layer converts units or guesses a default. Presets are data (hw_models/*.yaml,
@@ -115,6 +124,7 @@ class Hardware:
     # a fused elementwise epilogue works on the accumulators where they are (a GPU's
     # registers) and stores from there, instead of moving each block L0C -> UB first
     epilogue_in_registers: bool = False
+    link: Link | None = None  # to the other chips of a tensor-parallel group (None: alone)
 
     @property
     def kernel_gap(self) -> int:
@@ -169,6 +179,7 @@ class Hardware:
             "graph_launch": self.graph_launch,
             "epilogue_in_registers": self.epilogue_in_registers,
             "l2_serialises_same_address": self.l2_serialises_same_address,
+            "link": None if self.link is None else asdict(self.link),
         }
 
 
@@ -344,6 +355,11 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     kernel_gap = top.get("kernel_gap", _latency(clock, MAX_LAUNCH_OVERHEAD_S), default=None)
     graph_launch = top.get("graph_launch", as_bool, default=False)
     epilogue = top.get("epilogue", one_of("ub", "registers"), default="ub")
+    link = None
+    if "link" in top.raw:
+        link_f = top.sub("link")
+        link = Link(link_f.get("bandwidth", rate), link_f.get("latency", latency))
+        link_f.finish()
     top.finish()
     if not problems.items:
         _check_topology(served, problems)
@@ -365,6 +381,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         kernel_gap,
         graph_launch,
         epilogue == "registers",
+        link,
     )
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,7 @@ class ModelConfig:
     max_context: int
     tied_embeddings: bool
     sliding_window: int | None  # attention reads at most this many positions back
+    chips: int = 1  # the tensor-parallel group this is one chip's share of (see shard)
 
     def attended(self, context: int) -> int:
         """Positions one token's attention reads at this context."""
@@ -67,6 +68,11 @@ class ModelConfig:
     def gated(self) -> bool:
         return self.activation == "silu"
 
+    @property
+    def head_vocab(self) -> int:
+        """The LM head's columns on one chip."""
+        return -(-self.vocab // self.chips)
+
     def weight_count(self) -> int:
         """Parameters: embeddings, every layer's projections, norms and experts, the head."""
         attention = self.hidden * self.head_dim * (2 * self.heads + 2 * self.kv_heads)
@@ -75,8 +81,41 @@ class ModelConfig:
         mlp = (3 if self.gated else 2) * self.hidden * self.intermediate * self.experts
         router = self.hidden * self.experts if self.experts > 1 else 0
         layer = attention + mlp + router + 2 * self.hidden
-        head = 0 if self.tied_embeddings else self.vocab * self.hidden
+        head = 0 if self.tied_embeddings and self.chips == 1 else self.head_vocab * self.hidden
         return self.vocab * self.hidden + self.layers * layer + self.hidden + head
+
+
+def shard(model: ModelConfig, chips: int) -> ModelConfig:
+    """One chip's share of the model under tensor parallelism (Megatron style): its query
+    heads, its key/value heads (or one, replicated, when there are fewer than chips), its
+    columns of the MLP and of the LM head (head_vocab); the embedding table is whole on
+    every chip, and so is the hidden size. Refused when the heads or the MLP do not split
+    evenly."""
+    if chips == 1:
+        return model
+    problems = [
+        f"{what} {count} is not a multiple of {chips} chips"
+        for what, count in (
+            ("num_attention_heads", model.heads),
+            ("intermediate_size", model.intermediate),
+        )
+        if count % chips
+    ]
+    if model.kv_heads % chips and chips % model.kv_heads:
+        problems.append(
+            f"num_key_value_heads {model.kv_heads} neither splits over nor divides {chips} chips"
+        )
+    if problems:
+        raise ConfigError(
+            model.source, [f"tensor parallelism over {chips} chips: {p}" for p in problems]
+        )
+    return replace(
+        model,
+        heads=model.heads // chips,
+        kv_heads=max(1, model.kv_heads // chips),
+        intermediate=model.intermediate // chips,
+        chips=chips,
+    )
 
 
 def model_names() -> list[str]:

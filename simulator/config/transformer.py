@@ -191,7 +191,6 @@ class _Builder:
         xn = self.norm("final_norm", x)
         if s.new_tokens > 1:  # only each sequence's last token predicts the next
             xn = self.op("last_tokens", "gather", [xn], "last", rows=s.batch)
-        table = "embed" if m.tied_embeddings else None
-        if table is None:
-            return self.linear("lm_head", xn, m.hidden, m.vocab)
-        return self.op("lm_head", "matmul", [xn, table], "logits", transpose_b=True)
+        if m.tied_embeddings and m.chips == 1:  # the embedding table, read transposed
+            return self.op("lm_head", "matmul", [xn, "embed"], "logits", transpose_b=True)
+        return self.linear("lm_head", xn, m.hidden, m.head_vocab)

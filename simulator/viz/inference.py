@@ -11,8 +11,9 @@ from ..units import format_bytes_decimal as fmt_bytes
 def render_inference(d: dict[str, Any]) -> str:
     tpot = d["tpot_us"]
     footprint = d["memory_footprint"]
+    chips = f"{d['chips']} x " if d["chips"] > 1 else ""
     lines = [
-        f"{d['model']} on {d['hardware']}: batch {d['batch']}, prompt {d['prompt']:,}, "
+        f"{d['model']} on {chips}{d['hardware']}: batch {d['batch']}, prompt {d['prompt']:,}, "
         f"generate {d['generate']:,}, fusion {d['fusion']}, {d['weights']} weights",
         "",
         f"  time to first token  {d['ttft_us'] / 1e3:10,.2f} ms",
@@ -25,7 +26,8 @@ def render_inference(d: dict[str, Any]) -> str:
         ]
     lines += [
         f"  request, end to end  {d['e2e_us'] / 1e3:10,.2f} ms",
-        f"  HBM per token        {fmt_bytes(d['hbm_bytes_per_token']):>10}",
+        f"  HBM per token        {fmt_bytes(d['hbm_bytes_per_token']):>10}"
+        + ("   (all chips)" if d["chips"] > 1 else ""),
         "",
         "  where the time goes (ms)",
         f"    {'':<14}{'prefill':>10}{'decode':>10}",
@@ -36,9 +38,10 @@ def render_inference(d: dict[str, Any]) -> str:
         if prefill or decode:
             lines.append(f"    {name:<14}{prefill / 1e3:>10,.2f}{decode / 1e3:>10,.2f}")
     used = footprint["total_bytes"] / footprint["hbm_capacity_bytes"]
+    per_chip = " per chip" if d["chips"] > 1 else ""
     lines += [
         "",
-        f"  memory: {fmt_bytes(footprint['total_bytes'])} of "
+        f"  memory{per_chip}: {fmt_bytes(footprint['total_bytes'])} of "
         f"{fmt_bytes(footprint['hbm_capacity_bytes'])} HBM ({used:.0%}): weights "
         f"{fmt_bytes(footprint['weight_bytes'])}, KV cache "
         f"{fmt_bytes(footprint['kv_cache_bytes'])}, activations "
