@@ -36,6 +36,7 @@ TIME_CLASSES = ("gemm", "attention", "norm", "other", "launch", "communication")
 ATTENTION_OPS = ("qk", "softmax", "pv")
 FIRST_LAYERS = 3  # simulated first: the first layer differs (it follows the embedding)
 DECODE_POINTS = 3
+PART_KEYS = ("cycles", "hbm_bytes", "energy_j", *TIME_CLASSES)  # summed per layer
 MAX_CHIPS = 64  # the largest tensor-parallel group a refusal suggests
 ACTIVATION_BYTES = 2  # fp16 activations cross the links
 
@@ -50,6 +51,7 @@ class StepTime:
     by_class_cycles: Mapping[str, float]
     hbm_bytes: float
     layers_simulated: int  # 0: interpolated
+    energy_j: float | None  # one chip's; None: the hardware gives no energy figures
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,19 @@ class InferenceReport:
     def e2e_us(self) -> float:
         return self.ttft_us + sum(self.us(s.cycles) for s in self.decode)
 
+    def energy_j(self) -> dict[str, float] | None:
+        """Joules of the whole group: the prefill, all decode steps, and per output token
+        (a decode step's over the sequences it serves)."""
+        steps = (self.prefill, *self.decode)
+        if any(s.energy_j is None for s in steps):
+            return None
+        decode = sum(s.energy_j or 0.0 for s in self.decode) * self.chips
+        return {
+            "prefill": (self.prefill.energy_j or 0.0) * self.chips,
+            "decode": decode,
+            "per_token": decode / len(self.decode) / self.batch if self.decode else 0.0,
+        }
+
     def summary(self) -> str:
         from .viz.inference import render_inference
 
@@ -149,6 +164,7 @@ class InferenceReport:
                 else self.prefill.hbm_bytes / (self.batch * self.prompt)
             ),
             "memory_footprint": self.footprint.to_dict(),
+            "energy_j": self.energy_j(),
             "decode_cycles": decode_cycles,
             "steps": [
                 {
@@ -266,7 +282,7 @@ def _whole_model_step(
         if last is not None and last == before:
             break
         count = min(model.layers, 2 * count)
-    total: dict[str, float] = dict.fromkeys(("cycles", "hbm_bytes", *TIME_CLASSES), 0.0)
+    total: dict[str, float] = dict.fromkeys(PART_KEYS, 0.0)
     for part in parts.values():
         for key, value in part.items():
             total[key] += value
@@ -274,19 +290,23 @@ def _whole_model_step(
     for key, value in repeat.items():
         total[key] += (model.layers - count) * value
     by_class = {c: total[c] for c in TIME_CLASSES}
-    return StepTime(step.phase, step.context, total["cycles"], by_class, total["hbm_bytes"], count)
+    energy = None if report.energy is None else total["energy_j"]
+    return StepTime(
+        step.phase, step.context, total["cycles"], by_class, total["hbm_bytes"], count, energy
+    )
 
 
 def _parts(report: SimulationReport) -> dict[int | None, dict[str, float]]:
-    """Cycles, HBM bytes and time per class of each layer's kernels (key: the layer index;
-    None: the embedding and the head)."""
+    """Cycles, HBM bytes, joules and time per class of each layer's kernels (key: the layer
+    index; None: the embedding and the head)."""
     parts: dict[int | None, dict[str, float]] = {}
     for kernel in report.kernels:
         layer, _ = layer_and_role(kernel.ops[0])
-        part = parts.setdefault(layer, dict.fromkeys(("cycles", "hbm_bytes", *TIME_CLASSES), 0.0))
+        part = parts.setdefault(layer, dict.fromkeys(PART_KEYS, 0.0))
         hbm = kernel.traffic["HBM"]
         part["cycles"] += kernel.cycles
         part["hbm_bytes"] += hbm.read_bytes + hbm.write_bytes
+        part["energy_j"] += kernel.energy_j or 0.0
         part["launch"] += kernel.launch_cycles
         part[_time_class(kernel.ops)] += kernel.cycles - kernel.launch_cycles
     return parts
@@ -329,6 +349,7 @@ def _interpolated(simulated: Mapping[int, StepTime], context: int) -> StepTime:
         {c: mix(a.by_class_cycles[c], b.by_class_cycles[c]) for c in TIME_CLASSES},
         mix(a.hbm_bytes, b.hbm_bytes),
         0,
+        None if a.energy_j is None or b.energy_j is None else mix(a.energy_j, b.energy_j),
     )
 
 
@@ -416,4 +437,7 @@ def _with_communication(
     cycles = 2 * part.layers * ring(2 * (chips - 1), activations) + ring(chips - 1, logits)
     by_class = dict(time.by_class_cycles)
     by_class["communication"] += cycles
-    return replace(time, cycles=time.cycles + cycles, by_class_cycles=by_class)
+    energy = time.energy_j  # the chip draws its static power while it waits on the link
+    if energy is not None and hardware.energy is not None:
+        energy += hardware.energy.static_watts * cycles / hardware.clock_hz
+    return replace(time, cycles=time.cycles + cycles, by_class_cycles=by_class, energy_j=energy)

@@ -29,6 +29,9 @@ _PER_CYCLE_RE = re.compile(_NUMBER + r"B/cycles?$")
 _TIME_RE = re.compile(_NUMBER + r"(?P<unit>s|ms|us|µs|ns|ps)$")
 _CYCLES_RE = re.compile(_NUMBER + r"cycles?$")
 _CLOCK_RE = re.compile(_NUMBER + r"(?P<unit>Hz|kHz|KHz|MHz|GHz)$")
+_ENERGY_SCALE = {"fJ": 1e-15, "pJ": 1e-12, "nJ": 1e-9}
+_ENERGY_RE = re.compile(_NUMBER + r"(?P<unit>fJ|pJ|nJ)(?P<per>/B|/bit|/MAC)$")
+_POWER_RE = re.compile(_NUMBER + r"(?P<unit>mW|W)$")
 
 
 class UnitError(ValueError):
@@ -102,6 +105,34 @@ def parse_time(value: object, clock_hz: float) -> int:
         raise UnitError(f"{_quoted(text)} is too large to be a time")
     # Round to the nearest picocycle first so '1ns' at 1 GHz is exactly 1 cycle.
     return math.ceil(round(cycles, 6))
+
+
+def parse_energy(value: object, per: str) -> float:
+    """'31pJ/B' or '3.9pJ/bit' (per='B') -> joules per byte; '0.4pJ/MAC' (per='MAC') ->
+    joules per multiply-accumulate."""
+    example = "0.4pJ/MAC" if per == "MAC" else "31pJ/B"
+    text = _text(value, "energy", example)
+    match = _ENERGY_RE.fullmatch(text)
+    units = ("/MAC",) if per == "MAC" else ("/B", "/bit")
+    if not match or match["per"] not in units:
+        raise UnitError(f"{_quoted(text)} is not an energy per {per}; write e.g. '{example}'")
+    joules = float(match["num"]) * _ENERGY_SCALE[match["unit"]]
+    joules *= 8 if match["per"] == "/bit" else 1
+    if not math.isfinite(joules) or joules <= 0:
+        raise UnitError(f"{_quoted(text)} must be a positive, finite energy")
+    return joules
+
+
+def parse_power(value: object) -> float:
+    """'60W' -> 60.0 (watts)."""
+    text = _text(value, "power", "60W")
+    match = _POWER_RE.fullmatch(text)
+    if not match:
+        raise UnitError(f"{_quoted(text)} is not a power; write e.g. '60W'")
+    watts = float(match["num"]) * (1e-3 if match["unit"] == "mW" else 1.0)
+    if not math.isfinite(watts):
+        raise UnitError(f"{_quoted(text)} must be a finite power")
+    return watts
 
 
 def parse_clock(value: object) -> float:

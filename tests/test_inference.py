@@ -11,6 +11,7 @@ from simulator.config.model import load_model, model_names, parse_model, shard
 from simulator.config.transformer import Step, step_workload
 from simulator.errors import ConfigError, SimulatorError
 from simulator.inference import infer
+from simulator.pipeline import simulate
 
 # A small dense model with grouped-query attention, quick on the tiny chip.
 TOY = {
@@ -215,3 +216,50 @@ def test_cli_mistakes_are_one_line_and_exit_2(capsys):
     assert "error: llama9: no model named 'llama9'" in capsys.readouterr().err
     assert main(["infer", "llama2-7b", "--set", "num_key_value_heads=7"]) == 2
     assert "does not divide" in capsys.readouterr().err
+
+
+def test_a_runs_energy_is_its_bytes_macs_vector_work_and_static_power(tiny):
+    """On the tiny chip (10 pJ per HBM byte, 1 pJ per fp16 MAC, 10 W static): each part is
+    its count at the preset's figure, the kernels' joules add up to the run's, and a chip
+    without energy figures reports none."""
+    from dataclasses import replace
+
+    from tests.helpers import matmul_workload
+
+    w = matmul_workload(tiny, 64, 64, 256)
+    report = simulate(w)
+    energy = report.energy
+    hbm = report.traffic["HBM"]
+    assert energy.by_level_j["HBM"] == pytest.approx((hbm.read_bytes + hbm.write_bytes) * 10e-12)
+    assert energy.cube_j == pytest.approx(64 * 64 * 256 * 1e-12)
+    assert energy.static_j == pytest.approx(10 * report.cycles / tiny.clock_hz)
+    parts = sum(energy.by_level_j.values()) + energy.cube_j + energy.vector_j + energy.static_j
+    assert energy.total_j == pytest.approx(parts)
+    assert sum(k.energy_j for k in report.kernels) == pytest.approx(energy.total_j)
+    assert "energy" in report.summary()
+    bare = simulate(replace(w, hardware=replace(tiny, energy=None)))
+    assert bare.energy is None and bare.to_dict()["energy"] is None
+    assert "energy" not in bare.summary().split("traffic")[0]
+
+
+def test_a_token_costs_at_least_its_bytes_and_macs_at_their_energies(tiny):
+    model = toy()
+    report = infer(model, tiny, prompt=32, generate=4)
+    per_token = report.to_dict()["energy_j"]["per_token"]
+    table = model.vocab * model.hidden * 2
+    kv = 2 * model.layers * model.kv_heads * model.head_dim * 33 * 2
+    macs = model.weight_count() - model.vocab * model.hidden
+    floor = (report.footprint.weight_bytes - table + kv) * 10e-12 + macs * 1e-12
+    assert per_token >= floor
+
+
+def test_energy_units_parse_and_refuse_clearly():
+    from simulator.units import UnitError, parse_energy, parse_power
+
+    assert parse_energy("3.9pJ/bit", "B") == pytest.approx(31.2e-12)
+    assert parse_energy("0.4pJ/MAC", "MAC") == pytest.approx(0.4e-12)
+    assert parse_power("60W") == 60.0
+    with pytest.raises(UnitError, match="not an energy per B"):
+        parse_energy("0.4pJ/MAC", "B")
+    with pytest.raises(UnitError, match="not a power"):
+        parse_power("60 J")

@@ -122,6 +122,19 @@ class KernelRecord:
     cores_used: int
     instructions: int
     buffer_plan_bytes: Mapping[str, int]
+    energy_j: float | None  # None: the hardware gives no energy figures
+
+
+@dataclass(frozen=True, slots=True)
+class EnergyRecord:
+    """Joules the run spent: bytes read and written at each level, the Cube's MACs, the
+    vector unit's work, and static power for the run's duration (the preset's figures)."""
+
+    by_level_j: Mapping[str, float]
+    cube_j: float
+    vector_j: float
+    static_j: float
+    total_j: float
 
 
 @dataclass(frozen=True, slots=True)

@@ -38,6 +38,7 @@ from ..schedule.program import (
 )
 from ..version import format_mark
 from .records import (
+    EnergyRecord,
     Intermediates,
     KernelRecord,
     LevelTraffic,
@@ -97,6 +98,7 @@ class Report:
     buffer_capacity_bytes: Mapping[str, int]
     instructions: int
     kernels: tuple[KernelRecord, ...]
+    energy: EnergyRecord | None  # None: the hardware gives no energy figures
     provenance: Provenance | None = None
     trace: Trace | None = field(default=None, repr=False, compare=False)  # for timelines
 
@@ -237,6 +239,9 @@ def analyse(
                 len(kernel.cores),
                 kernel.instruction_count,
                 kernel.buffer_plan_bytes,
+                _energy_j(
+                    hw, kernel_traffic[span.index], [kernel], span.end_cycle - span.start_cycle
+                ),
             )
         )
 
@@ -275,9 +280,33 @@ def analyse(
         buffer_capacity_bytes=dict(hw.buffer_bytes),
         instructions=trace.instructions,
         kernels=tuple(kernels),
+        energy=_energy(hw, traffic, program.kernels, cycles),
         provenance=provenance,
         trace=trace,
     )
+
+
+def _energy(
+    hw: Hardware, traffic: dict, kernels: Sequence[KernelProgram], cycles: int
+) -> EnergyRecord | None:
+    """The joules of `kernels` that moved `traffic` in `cycles`, at the preset's figures."""
+    e = hw.energy
+    if e is None:
+        return None
+    by_level = {
+        level: (t["read_bytes"] + t["write_bytes"]) * e.joules_per_byte[level]
+        for level, t in traffic.items()
+    }
+    cube = sum(k.cube_flops / 2 * e.joules_per_mac[k.dtype] for k in kernels if k.cube_flops)
+    vector = sum(k.vector_work_bytes for k in kernels) * e.vector_joules_per_byte
+    static = e.static_watts * cycles / hw.clock_hz
+    total = sum(by_level.values()) + cube + vector + static
+    return EnergyRecord(by_level, cube, vector, static, total)
+
+
+def _energy_j(hw: Hardware, traffic: dict, kernels: Sequence[KernelProgram], cycles: int):
+    record = _energy(hw, traffic, kernels, cycles)
+    return None if record is None else record.total_j
 
 
 def _traffic_record(traffic: dict[str, dict[str, int]]) -> dict[str, LevelTraffic]:

@@ -16,7 +16,16 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import OVERRIDE_MARK, ConfigError, InvariantError, Problems, quote
-from ..units import DTYPE_BYTES, format_size, parse_clock, parse_rate, parse_size, parse_time
+from ..units import (
+    DTYPE_BYTES,
+    format_size,
+    parse_clock,
+    parse_energy,
+    parse_power,
+    parse_rate,
+    parse_size,
+    parse_time,
+)
 from .strict import (
     HARDWARE_PREFIX,
     Fields,
@@ -95,6 +104,18 @@ class Link:
 
 
 @dataclass(frozen=True)
+class Energy:
+    """What work costs in joules, for the energy report: each byte read or written at each
+    level, each multiply-accumulate of the Cube by dtype, each byte of vector work (bytes x
+    cost factor, as vector timing counts it), and the static power drawn for the whole run."""
+
+    joules_per_byte: dict[str, float]  # by level: HBM, L2 and the buffers
+    joules_per_mac: dict[str, float]  # by Cube dtype
+    vector_joules_per_byte: float
+    static_watts: float
+
+
+@dataclass(frozen=True)
 class Hardware:
     """A chip as the model needs it, every figure resolved to bytes and cycles once at load,
     so no later layer converts units or guesses a default. Presets are data (hw_models/*.yaml,
@@ -125,6 +146,7 @@ class Hardware:
     # registers) and stores from there, instead of moving each block L0C -> UB first
     epilogue_in_registers: bool = False
     link: Link | None = None  # to the other chips of a tensor-parallel group (None: alone)
+    energy: Energy | None = None  # None: a hardware file that gives no energy figures
 
     @property
     def kernel_gap(self) -> int:
@@ -180,6 +202,7 @@ class Hardware:
             "epilogue_in_registers": self.epilogue_in_registers,
             "l2_serialises_same_address": self.l2_serialises_same_address,
             "link": None if self.link is None else asdict(self.link),
+            "energy": None if self.energy is None else asdict(self.energy),
         }
 
 
@@ -360,6 +383,17 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         link_f = top.sub("link")
         link = Link(link_f.get("bandwidth", rate), link_f.get("latency", latency))
         link_f.finish()
+    energy = None
+    if "energy" in top.raw:
+        energy_f = top.sub("energy")
+        per_byte = {level: energy_f.get(level, lambda v: parse_energy(v, "B")) for level in LEVELS}
+        mac_f = energy_f.sub("mac")
+        per_mac = {d: mac_f.get(d, lambda v: parse_energy(v, "MAC")) for d in fractal}
+        mac_f.finish()
+        vector_j = energy_f.get("vector", lambda v: parse_energy(v, "B"))
+        static = energy_f.get("static", parse_power)
+        energy_f.finish()
+        energy = Energy(per_byte, per_mac, vector_j, static)
     top.finish()
     if not problems.items:
         _check_topology(served, problems)
@@ -382,6 +416,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         graph_launch,
         epilogue == "registers",
         link,
+        energy,
     )
 
 

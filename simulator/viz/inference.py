@@ -26,6 +26,11 @@ def render_inference(d: dict[str, Any]) -> str:
         ]
     lines += [
         f"  request, end to end  {d['e2e_us'] / 1e3:10,.2f} ms",
+        *(
+            [f"  energy per token     {d['energy_j']['per_token']:10,.3f} J"]
+            if d["energy_j"] and d["generate"] > 1
+            else []
+        ),
         f"  HBM per token        {fmt_bytes(d['hbm_bytes_per_token']):>10}"
         + ("   (all chips)" if d["chips"] > 1 else ""),
         "",

@@ -46,6 +46,7 @@ def render_report(report) -> str:
         f"  footprint   {fmt_bytes(footprint['total_bytes']):>12}   in HBM of "
         f"{fmt_bytes(footprint['hbm_capacity_bytes'])} "
         f"({footprint['total_bytes'] / footprint['hbm_capacity_bytes'] * 100:.1f}%)",
+        *energy_lines(d["energy"]),
         "",
         "  traffic        read        write",
     ]
@@ -118,6 +119,25 @@ def render_report(report) -> str:
         )
     lines += ["", *explain(d)]
     return "\n".join(lines)
+
+
+def energy_lines(energy: dict | None) -> list[str]:
+    """The run's joules: total, then HBM, the on-chip memories, the units and static."""
+    if energy is None:
+        return []
+    levels = energy["by_level_j"]
+    on_chip = sum(j for level, j in levels.items() if level != "HBM")
+    parts = (
+        ("HBM", levels["HBM"]),
+        ("on chip", on_chip),
+        ("Cube", energy["cube_j"]),
+        ("vector", energy["vector_j"]),
+        ("static", energy["static_j"]),
+    )
+    return [
+        f"  energy      {energy['total_j'] * 1e3:12,.3f} mJ   "
+        + ", ".join(f"{name} {j / energy['total_j'] * 100:.0f}%" for name, j in parts)
+    ]
 
 
 def describe_tiling(t: dict | None) -> str:
