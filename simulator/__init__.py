@@ -6,6 +6,7 @@ r = sim.simulate(w)
 r                  # in Jupyter: the report as a readable table (r.summary() as text)
 r.plot_timeline()  # Gantt chart per core and pipe, stalls shaded by cause
 rows = sim.sweep("workloads/ffn_decode.yaml", {"params.tokens": [1, 64, 1024]})
+t = sim.infer(sim.load_model("llama2-7b"), sim.load_hardware("ascend910"), prompt=128)
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ _LAZY = {
     "plan": "pipeline",
     "simulate": "pipeline",
     "tune": "search",
+    "load_model": "config.model",
+    "infer": "inference",
 }
 
 
@@ -58,5 +61,7 @@ __all__ = [
     "compare",
     "sweep",
     "tune",
+    "load_model",
+    "infer",
     "__version__",
 ]

@@ -186,7 +186,7 @@ def infer(
     batch: int = 1,
     prompt: int = 128,
     generate: int = 128,
-    fusion: str = "none",
+    fusion: str = "auto",
     weights: str = "fp16",
     chips: int = 1,
     exact: bool = False,
