@@ -241,15 +241,23 @@ MAX_WORKERS = 256
 MAX_VARIANTS = 32
 
 
-def _count(text: str) -> int:
-    """A positive integer option."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
+def _at_least(minimum: int):
+    """An integer option of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {minimum}")
+        return value
+
+    return parse
+
+
+_count = _at_least(1)  # a count of things
+_whole = _at_least(0)  # a count that may be none (--generate 0)
 
 
 def _workers(text: str) -> int:
@@ -259,17 +267,6 @@ def _workers(text: str) -> int:
             f"{value} is more worker processes than the "
             f"{MAX_WORKERS} this machine could sensibly run"
         )
-    return value
-
-
-def _whole(text: str) -> int:
-    """A whole number option, 0 allowed."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 0")
     return value
 
 

@@ -90,13 +90,14 @@ def route_refusal(hw: Hardware) -> str | None:
     )
 
 
-def _needs(s: AttentionShape, block_q: int, block_kv: int, in_registers: bool) -> dict[str, int]:
+def _needs(s: AttentionShape, hw: Hardware, block_q: int, block_kv: int) -> dict[str, int]:
     """Bytes per core of each buffer for these blocks: the rings of _AttentionCore."""
-    d, e = s.head_dim, s.element_bytes
+    d, e = _padded(s.head_dim, hw, s.dtype), s.element_bytes
+    in_registers = hw.epilogue_in_registers
     score_slots = 2 if in_registers else 1  # in the registers S stays until P·V has read it
     needs = {
         "L1": BUFFERS * (block_q * d + 2 * block_kv * d) * e,
-        "L0A": BUFFERS * block_q * (block_kv if not in_registers else d) * e,  # Q, P
+        "L0A": BUFFERS * block_q * (d if in_registers else max(d, block_kv)) * e,  # Q, P
         "L0B": BUFFERS * block_kv * d * e,
         "L0C": (score_slots * block_q * block_kv + block_q * d) * ACCUMULATOR_BYTES,
         "UB": 0,
@@ -114,7 +115,7 @@ def attention_blocks(s: AttentionShape, hw: Hardware) -> tuple[int, int]:
         for block_q in BLOCKS:
             bq = min(round_up(s.queries, fm), block_q)
             bkv = min(round_up(s.keys, fn), block_kv)
-            needs = _needs(s, bq, bkv, hw.epilogue_in_registers)
+            needs = _needs(s, hw, bq, bkv)
             if all(n <= hw.buffer_bytes[b] for b, n in needs.items()):
                 return bq, bkv
     raise TilingError(
@@ -152,7 +153,7 @@ def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelP
         {"block_q": block_q, "block_kv": block_kv},
         sum(tensors[n].nbytes for n in inputs),
         tensors[kernel.output].nbytes,
-        _needs(shape, block_q, block_kv, hw.epilogue_in_registers),
+        _needs(shape, hw, block_q, block_kv),
         vector_work_bytes=vector_work,
         cube_flops=int(flops),
         gemms=1,
