@@ -6,10 +6,11 @@ prefill of `batch` prompts, then one decode step per generated token after the f
 prefill's logits give the first). Two savings keep a 32-layer model quick; the report states
 both, and `exact=True` turns them off:
 
-- Layers: a step simulates the model cut after its first few layers (the final norm and LM
-  head still run, on the last one's output). When the last two simulated layers take the
-  same cycles and move the same bytes, the layers not simulated are taken to repeat the last;
-  otherwise twice as many are simulated, up to all of them.
+- Layers: a step simulates the model cut to its first few layers (the final norm and LM
+  head still run, on the last one's output). The first layer follows the embedding and the
+  last meets the head, so it is the layers between that must repeat: when the two before
+  the last take the same cycles and move the same HBM bytes, the layers not simulated are
+  taken to repeat them; otherwise twice as many are simulated, up to all of them.
 - Contexts: decode steps are simulated at `decode_points` contexts spread over the
   generation, first and last included, and steps between two of them interpolated linearly
   in the context (only attention changes with it, and its work grows linearly).
@@ -23,7 +24,14 @@ from typing import Any
 
 from .config.hardware import Hardware
 from .config.model import ModelConfig, kv_cache_bytes, shard
-from .config.transformer import WEIGHT_DTYPES, Step, layer_and_role, step_workload
+from .config.transformer import (
+    EXPERT_SLOT,
+    WEIGHT_DTYPES,
+    Step,
+    active_experts,
+    layer_and_role,
+    step_workload,
+)
 from .errors import ConfigError, InvariantError, SimulatorError, check_count
 from .pipeline import simulate
 from .report import SimulationReport
@@ -34,7 +42,9 @@ from .version import format_mark
 # the class of the work it does; the launch waits are their own class.
 TIME_CLASSES = ("gemm", "attention", "norm", "other", "launch", "communication")
 ATTENTION_OPS = ("qk", "softmax", "pv")
-FIRST_LAYERS = 3  # simulated first: the first layer differs (it follows the embedding)
+# simulated first: the first layer follows the embedding and the last meets the head (a
+# fused kernel may span the two), so the two between are the first that can repeat
+FIRST_LAYERS = 4
 DECODE_POINTS = 3
 PART_KEYS = ("cycles", "hbm_bytes", "energy_j", *TIME_CLASSES)  # summed per layer
 MAX_CHIPS = 64  # the largest tensor-parallel group a refusal suggests
@@ -246,9 +256,9 @@ def infer(
         if exact or (layers == [model.layers] and len(sampled) == len(contexts))
         else (
             f"layers simulated per step: {', '.join(map(str, layers))} of {model.layers} "
-            "(the rest repeat the last, which took the same cycles and bytes as the one "
-            f"before it); decode simulated at {len(sampled)} of {len(contexts)} contexts "
-            f"({', '.join(map(str, sampled))}), interpolated between them"
+            "(the rest repeat the one before the last, which took the same cycles and bytes "
+            f"as the one before it); decode simulated at {len(sampled)} of {len(contexts)} "
+            f"contexts ({', '.join(map(str, sampled))}), interpolated between them"
         )
     )
     return InferenceReport(
@@ -278,15 +288,15 @@ def _whole_model_step(
         parts = _parts(report)
         if count == model.layers:
             break
-        last, before = parts.get(count - 1), parts.get(count - 2)
-        if last is not None and last == before:
+        middle, before = parts.get(count - 2), parts.get(count - 3)
+        if middle is not None and before is not None and _repeats(middle, before):
             break
         count = min(model.layers, 2 * count)
     total: dict[str, float] = dict.fromkeys(PART_KEYS, 0.0)
     for part in parts.values():
         for key, value in part.items():
             total[key] += value
-    repeat = parts[count - 1]
+    repeat = parts[count - 2]  # the layers not simulated sit before the last
     for key, value in repeat.items():
         total[key] += (model.layers - count) * value
     by_class = {c: total[c] for c in TIME_CLASSES}
@@ -294,6 +304,12 @@ def _whole_model_step(
     return StepTime(
         step.phase, step.context, total["cycles"], by_class, total["hbm_bytes"], count, energy
     )
+
+
+def _repeats(layer: Mapping[str, float], before: Mapping[str, float]) -> bool:
+    """A layer repeats the one before when it takes the same cycles, in each class, and moves
+    the same HBM bytes (its joules may differ by what L2 happened to serve on chip)."""
+    return all(layer[key] == before[key] for key in PART_KEYS if key != "energy_j")
 
 
 def _parts(report: SimulationReport) -> dict[int | None, dict[str, float]]:
@@ -313,12 +329,14 @@ def _parts(report: SimulationReport) -> dict[int | None, dict[str, float]]:
 
 
 def _time_class(ops: tuple[str, ...]) -> str:
-    roles = {layer_and_role(name)[1] for name in ops}
+    """The class of a generated kernel's work, from its ops' roles (an expert's ops are
+    named for their slot: slot0_gate)."""
+    roles = {layer_and_role(name)[1].rsplit("_", 1)[-1] for name in ops}
     if roles & set(ATTENTION_OPS):
         return "attention"
-    if any(r.endswith("proj") or r in ("gate", "up", "down", "lm_head") for r in roles):
+    if roles & {"proj", "gate", "up", "down", "head", "router"}:
         return "gemm"
-    if any(r.endswith("norm") for r in roles):
+    if roles & {"norm"}:
         return "norm"
     return "other"
 
@@ -360,18 +378,20 @@ def _footprint(
     plus the embedding and head; the KV cache in fp16; every other tensor of that prefill
     (one layer's activations: layers run one after another and reuse them)."""
     workload = step_workload(model, hardware, prefill, 1, fusion, weights)
-    layer_weights = outside = activations = 0
+    all_experts = model.experts / active_experts(model, prefill)  # the step reads the active
+    layer_weights = outside = activations = 0.0
     for tensor in workload.tensors.values():
+        layer, role = layer_and_role(tensor.name)
         if tensor.kind != "weight":
             activations += tensor.nbytes
-        elif tensor.name.startswith("l0_"):
-            layer_weights += tensor.nbytes
-        else:
+        elif layer is None:
             outside += tensor.nbytes
+        else:
+            layer_weights += tensor.nbytes * (all_experts if role.startswith(EXPERT_SLOT) else 1)
     return Footprint(
-        layer_weights * model.layers + outside,
+        round(layer_weights * model.layers + outside),
         kv_cache_bytes(model, prefill.batch * longest, 2),
-        activations,
+        round(activations),
         hardware.memories["HBM"].capacity_bytes,
     )
 

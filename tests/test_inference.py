@@ -184,9 +184,30 @@ def test_tensor_parallelism_needs_an_even_split_and_a_link(tiny):
         infer(toy(), replace(tiny, link=None), prompt=16, generate=2, chips=2)
 
 
-def test_a_mixture_of_experts_is_refused_until_its_layers_are_generated(tiny):
-    with pytest.raises(SimulatorError, match="mixture of experts .* not supported yet"):
-        step_workload(load_model("mixtral-8x7b"), tiny, Step("decode", 1, 1, 8), 1)
+def test_a_mixture_of_experts_reads_only_its_active_experts_weights(tiny):
+    """Eight experts, two per token. At decode one token reaches 2 experts, so a layer
+    reads 2 experts' weights; a 16-token prompt reaches all 8 (32 choices). The footprint
+    holds all 8 either way."""
+    model = toy(num_local_experts=8, num_experts_per_tok=2)
+    expert_bytes = 3 * model.hidden * model.intermediate * 2
+
+    def expert_weights(step):
+        workload = step_workload(model, tiny, step, 1)
+        return sum(
+            t.nbytes for t in workload.tensors.values() if "_slot" in t.name and t.kind == "weight"
+        )
+
+    assert expert_weights(Step("decode", 1, 1, 64)) == 2 * expert_bytes
+    assert expert_weights(Step("prefill", 1, 16, 16)) == 8 * expert_bytes
+    report = infer(model, tiny, prompt=16, generate=3)
+    assert report.footprint.weight_bytes == 2 * model.weight_count()
+    assert report.to_dict()["breakdown_us"]["decode"]["gemm"] > 0
+
+
+def test_experts_need_the_tokens_to_split_evenly_over_a_slot(tiny):
+    model = toy(num_local_experts=8, num_experts_per_tok=2)
+    with pytest.raises(SimulatorError, match="do not split evenly over the 4 experts"):
+        step_workload(model, tiny, Step("prefill", 1, 18, 18), 1)
 
 
 def test_a_context_beyond_the_models_is_refused(tiny):

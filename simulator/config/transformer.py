@@ -30,6 +30,12 @@ from .model import ModelConfig
 from .workload import Workload, parse_workload
 
 WEIGHT_DTYPES = ("fp16", "int8")
+EXPERT_SLOT = "slot"  # names of a mixture of experts' ops and weights: l0_slot0_gate...
+
+
+def active_experts(model: ModelConfig, step: Step) -> int:
+    """Experts a step's tokens reach, with routing taken as even (see _Builder.experts)."""
+    return min(model.experts, step.tokens * model.experts_per_token)
 
 
 @dataclass(frozen=True)
@@ -57,12 +63,6 @@ def step_workload(
 ) -> Workload:
     """The workload of `step` through the model's first `layers` decoder layers, then the
     final norm and the LM head."""
-    if model.experts > 1:
-        raise SimulatorError(
-            f"{model.source}: {model.name} is a mixture of experts "
-            f"({model.experts} experts, {model.experts_per_token} per token); generating "
-            "its expert layers is not supported yet (dense models only)"
-        )
     if step.tokens > model.vocab:
         raise SimulatorError(
             f"{step.tokens:,} tokens in one step is more than the {model.vocab:,} rows of "
@@ -119,18 +119,22 @@ class _Builder:
         table = self.tensor("embed", [m.vocab, m.hidden], kind="weight")
         return self.op("embed_lookup", "gather", [table], "x0", rows=self.step.tokens)
 
-    def linear(self, name: str, x: str, rows: int, cols: int, bias: bool = False) -> str:
-        """x · W (+ b), W stored in the fractal layout deployed models use."""
+    def linear(
+        self, name: str, x: str, rows: int, cols: int, bias: bool = False, experts: int = 0
+    ) -> str:
+        """x · W (+ b), W stored in the fractal layout deployed models use; with `experts`,
+        x is [experts, tokens, rows] and W one matrix per expert, stacked."""
+        shape, op = ([experts, rows, cols], "batch_matmul") if experts else ([rows, cols], "matmul")
         if self.weights == "int8":
             if x not in self.quantized:
                 self.quantized[x] = self.op(f"{name}_quant", "quantize", [x], f"{x}_q")
-            w = self.tensor(f"{name}_w", [rows, cols], kind="weight", dtype="int8", layout="nz")
+            w = self.tensor(f"{name}_w", shape, kind="weight", dtype="int8", layout="nz")
             scale = self.tensor(f"{name}_scale", [cols], kind="weight")
-            acc = self.op(name, "matmul", [self.quantized[x], w], f"{name}_acc")
+            acc = self.op(name, op, [self.quantized[x], w], f"{name}_acc")
             y = self.op(f"{name}_dequant", "dequantize", [acc, scale], f"{name}_out")
         else:
-            w = self.tensor(f"{name}_w", [rows, cols], kind="weight", layout="nz")
-            y = self.op(name, "matmul", [x, w], f"{name}_out")
+            w = self.tensor(f"{name}_w", shape, kind="weight", layout="nz")
+            y = self.op(name, op, [x, w], f"{name}_out")
         if bias:
             b = self.tensor(f"{name}_bias", [cols], kind="weight")
             y = self.op(f"{name}_add_bias", "bias_add", [y, b], f"{name}_biased")
@@ -175,16 +179,62 @@ class _Builder:
         o = self.linear(f"{p}o_proj", attn, m.heads * hd, m.hidden)
         h = self.op(f"{p}attn_resid", "add", [o, x], f"{p}h")
         hn = self.norm(f"{p}mlp_norm", h)
+        down = self.experts(p, hn) if m.experts > 1 else self.mlp(p, hn)
+        return self.op(f"{p}mlp_resid", "add", [down, h], f"{p}out")
+
+    def mlp(self, p: str, x: str, experts: int = 0) -> str:
+        """SwiGLU (gate, up, SiLU · up, down) or GELU (up, GELU, down), of one MLP or of a
+        stack of experts."""
+        m = self.model
         if m.gated:
-            gate = self.linear(f"{p}gate", hn, m.hidden, m.intermediate)
-            up = self.linear(f"{p}up", hn, m.hidden, m.intermediate)
+            gate = self.linear(f"{p}gate", x, m.hidden, m.intermediate, experts=experts)
+            up = self.linear(f"{p}up", x, m.hidden, m.intermediate, experts=experts)
             act = self.op(f"{p}act", "silu", [gate], f"{p}act_out")
             mixed = self.op(f"{p}glu", "mul", [act, up], f"{p}glu_out")
         else:
-            up = self.linear(f"{p}up", hn, m.hidden, m.intermediate)
+            up = self.linear(f"{p}up", x, m.hidden, m.intermediate, experts=experts)
             mixed = self.op(f"{p}act", "gelu", [up], f"{p}act_out")
-        down = self.linear(f"{p}down", mixed, m.intermediate, m.hidden)
-        return self.op(f"{p}mlp_resid", "add", [down, h], f"{p}out")
+        return self.linear(f"{p}down", mixed, m.intermediate, m.hidden, experts=experts)
+
+    def experts(self, p: str, x: str) -> str:
+        """A mixture of experts: a router scores every expert per token, each token goes
+        to its top k, and their outputs, weighted by the router, are summed.
+
+        Routing is data, so it is modelled as even: the step's T tokens make T·k choices
+        among `active` = min(E, T·k) experts, each serving T·k / active tokens. They run as k
+        slots, each slot a batch of active / k experts that together see every token once: a
+        gather of the tokens into expert order (the dispatch), the experts' MLPs as batch
+        matmuls over their stacked weights (only the active experts' weights are read), then
+        the outputs weighted by the router and added (the combine)."""
+        m, s = self.model, self.step
+        tokens, k = s.tokens, m.experts_per_token
+        group = active_experts(m, s) // k  # experts per slot
+        if tokens % group:
+            raise SimulatorError(
+                f"{m.name}: {tokens:,} tokens in one step do not split evenly over the "
+                f"{group} experts of each routing slot (num_local_experts / "
+                "num_experts_per_tok); use a batch or prompt that is a multiple of it"
+            )
+        router = self.linear(f"{p}router", x, m.hidden, m.experts)
+        probs = self.op(f"{p}route", "softmax", [router], f"{p}route_probs")
+        total = None
+        for slot in range(k):
+            q = f"{p}{EXPERT_SLOT}{slot}_"
+            sent = self.op(f"{q}dispatch", "gather", [x], f"{q}sent", rows=tokens)
+            stacked = [group, tokens // group, m.hidden]
+            grouped = self.op(f"{q}by_expert", "reshape", [sent], f"{q}grouped", shape=stacked)
+            out = self.mlp(q, grouped, experts=group)
+            flat = self.op(f"{q}unstack", "reshape", [out], f"{q}flat", shape=[tokens, m.hidden])
+            weight = self.op(
+                f"{q}weight", "slice", [probs], f"{q}routed", start=slot, stop=slot + 1
+            )
+            weighted = self.op(f"{q}weigh", "mul", [flat, weight], f"{q}weighted")
+            total = (
+                weighted
+                if total is None
+                else self.op(f"{q}combine", "add", [total, weighted], f"{q}sum")
+            )
+        return total or x
 
     def head(self, x: str) -> str:
         m, s = self.model, self.step
