@@ -46,7 +46,8 @@ ATTENTION_OPS = ("qk", "softmax", "pv")
 # fused kernel may span the two), so the two between are the first that can repeat
 FIRST_LAYERS = 4
 DECODE_POINTS = 3
-PART_KEYS = ("cycles", "hbm_bytes", "energy_j", *TIME_CLASSES)  # summed per layer
+PART_KEYS = ("cycles", "hbm_bytes", *TIME_CLASSES)  # summed per layer, with energy parts
+ENERGY = "energy:"  # the prefix of a part's joules by where they went (EnergyRecord.parts)
 MAX_CHIPS = 64  # the largest tensor-parallel group a refusal suggests
 ACTIVATION_BYTES = 2  # fp16 activations cross the links
 
@@ -61,7 +62,7 @@ class StepTime:
     by_class_cycles: Mapping[str, float]
     hbm_bytes: float
     layers_simulated: int  # 0: interpolated
-    energy_j: float | None  # one chip's; None: the hardware gives no energy figures
+    energy: Mapping[str, float] | None  # one chip's joules by where they went; None: no figures
 
 
 @dataclass(frozen=True)
@@ -126,17 +127,21 @@ class InferenceReport:
     def e2e_us(self) -> float:
         return self.ttft_us + sum(self.us(s.cycles) for s in self.decode)
 
-    def energy_j(self) -> dict[str, float] | None:
+    def energy_j(self) -> dict[str, Any] | None:
         """Joules of the whole group: the prefill, all decode steps, and per output token
-        (a decode step's over the sequences it serves)."""
-        steps = (self.prefill, *self.decode)
-        if any(s.energy_j is None for s in steps):
+        (a decode step's over the sequences it serves), that last also by where it went."""
+        if self.prefill.energy is None or any(s.energy is None for s in self.decode):
             return None
-        decode = sum(s.energy_j or 0.0 for s in self.decode) * self.chips
+        per_token: dict[str, float] = {}
+        for step in self.decode:
+            for part, joules in (step.energy or {}).items():
+                per_token[part] = per_token.get(part, 0.0) + joules * self.chips / self.batch
+        steps = max(len(self.decode), 1)
         return {
-            "prefill": (self.prefill.energy_j or 0.0) * self.chips,
-            "decode": decode,
-            "per_token": decode / len(self.decode) / self.batch if self.decode else 0.0,
+            "prefill": sum(self.prefill.energy.values()) * self.chips,
+            "decode": sum(per_token.values()) * self.batch,
+            "per_token": sum(per_token.values()) / steps,
+            "per_token_by_part": {part: j / steps for part, j in per_token.items()},
         }
 
     def summary(self) -> str:
@@ -292,24 +297,28 @@ def _whole_model_step(
         if middle is not None and before is not None and _repeats(middle, before):
             break
         count = min(model.layers, 2 * count)
-    total: dict[str, float] = dict.fromkeys(PART_KEYS, 0.0)
-    for part in parts.values():
-        for key, value in part.items():
-            total[key] += value
+    total: dict[str, float] = {}
     repeat = parts[count - 2]  # the layers not simulated sit before the last
-    for key, value in repeat.items():
-        total[key] += (model.layers - count) * value
+    for part, times in [*((p, 1) for p in parts.values()), (repeat, model.layers - count)]:
+        for key, value in part.items():
+            total[key] = total.get(key, 0.0) + times * value
     by_class = {c: total[c] for c in TIME_CLASSES}
-    energy = None if report.energy is None else total["energy_j"]
+    energy = {k[len(ENERGY) :]: v for k, v in total.items() if k.startswith(ENERGY)}
     return StepTime(
-        step.phase, step.context, total["cycles"], by_class, total["hbm_bytes"], count, energy
+        step.phase,
+        step.context,
+        total["cycles"],
+        by_class,
+        total["hbm_bytes"],
+        count,
+        None if report.energy is None else energy,
     )
 
 
 def _repeats(layer: Mapping[str, float], before: Mapping[str, float]) -> bool:
     """A layer repeats the one before when it takes the same cycles, in each class, and moves
     the same HBM bytes (its joules may differ by what L2 happened to serve on chip)."""
-    return all(layer[key] == before[key] for key in PART_KEYS if key != "energy_j")
+    return all(layer[key] == before[key] for key in PART_KEYS)
 
 
 def _parts(report: SimulationReport) -> dict[int | None, dict[str, float]]:
@@ -322,7 +331,8 @@ def _parts(report: SimulationReport) -> dict[int | None, dict[str, float]]:
         hbm = kernel.traffic["HBM"]
         part["cycles"] += kernel.cycles
         part["hbm_bytes"] += hbm.read_bytes + hbm.write_bytes
-        part["energy_j"] += kernel.energy_j or 0.0
+        for where, joules in (kernel.energy.parts() if kernel.energy else {}).items():
+            part[ENERGY + where] = part.get(ENERGY + where, 0.0) + joules
         part["launch"] += kernel.launch_cycles
         part[_time_class(kernel.ops)] += kernel.cycles - kernel.launch_cycles
     return parts
@@ -367,7 +377,9 @@ def _interpolated(simulated: Mapping[int, StepTime], context: int) -> StepTime:
         {c: mix(a.by_class_cycles[c], b.by_class_cycles[c]) for c in TIME_CLASSES},
         mix(a.hbm_bytes, b.hbm_bytes),
         0,
-        None if a.energy_j is None or b.energy_j is None else mix(a.energy_j, b.energy_j),
+        None
+        if a.energy is None or b.energy is None
+        else {k: mix(v, b.energy[k]) for k, v in a.energy.items()},
     )
 
 
@@ -457,7 +469,8 @@ def _with_communication(
     cycles = 2 * part.layers * ring(2 * (chips - 1), activations) + ring(chips - 1, logits)
     by_class = dict(time.by_class_cycles)
     by_class["communication"] += cycles
-    energy = time.energy_j  # the chip draws its static power while it waits on the link
+    energy = time.energy  # the chip draws its static power while it waits on the link
     if energy is not None and hardware.energy is not None:
-        energy += hardware.energy.static_watts * cycles / hardware.clock_hz
-    return replace(time, cycles=time.cycles + cycles, by_class_cycles=by_class, energy_j=energy)
+        waited = hardware.energy.static_watts * cycles / hardware.clock_hz
+        energy = {**energy, "static": energy.get("static", 0.0) + waited}
+    return replace(time, cycles=time.cycles + cycles, by_class_cycles=by_class, energy=energy)

@@ -256,7 +256,7 @@ def test_a_runs_energy_is_its_bytes_macs_vector_work_and_static_power(tiny):
     assert energy.static_j == pytest.approx(10 * report.cycles / tiny.clock_hz)
     parts = sum(energy.by_level_j.values()) + energy.cube_j + energy.vector_j + energy.static_j
     assert energy.total_j == pytest.approx(parts)
-    assert sum(k.energy_j for k in report.kernels) == pytest.approx(energy.total_j)
+    assert sum(k.energy.total_j for k in report.kernels) == pytest.approx(energy.total_j)
     assert "energy" in report.summary()
     bare = simulate(replace(w, hardware=replace(tiny, energy=None)))
     assert bare.energy is None and bare.to_dict()["energy"] is None
@@ -266,7 +266,10 @@ def test_a_runs_energy_is_its_bytes_macs_vector_work_and_static_power(tiny):
 def test_a_token_costs_at_least_its_bytes_and_macs_at_their_energies(tiny):
     model = toy()
     report = infer(model, tiny, prompt=32, generate=4)
-    per_token = report.to_dict()["energy_j"]["per_token"]
+    energy = report.to_dict()["energy_j"]
+    per_token = energy["per_token"]
+    assert sum(energy["per_token_by_part"].values()) == pytest.approx(per_token)
+    assert set(energy["per_token_by_part"]) >= {"HBM", "L2", "Cube", "vector", "static"}
     table = model.vocab * model.hidden * 2
     kv = 2 * model.layers * model.kv_heads * model.head_dim * 33 * 2
     macs = model.weight_count() - model.vocab * model.hidden

@@ -104,6 +104,34 @@ class MemoryFootprint:
 
 
 @dataclass(frozen=True, slots=True)
+class EnergyRecord:
+    """Joules the run spent: bytes read and written at each level, the Cube's MACs, the
+    vector unit's work, and static power for the run's duration (the preset's figures)."""
+
+    by_level_j: Mapping[str, float]
+    cube_j: float
+    vector_j: float
+    static_j: float
+    total_j: float
+
+    @classmethod
+    def of(
+        cls, by_level_j: Mapping[str, float], cube_j: float, vector_j: float, static_j: float
+    ) -> EnergyRecord:
+        total = sum(by_level_j.values()) + cube_j + vector_j + static_j
+        return cls(by_level_j, cube_j, vector_j, static_j, total)
+
+    def parts(self) -> dict[str, float]:
+        """Joules by where they went: each level, then the Cube, the vector unit, static."""
+        return {
+            **self.by_level_j,
+            "Cube": self.cube_j,
+            "vector": self.vector_j,
+            "static": self.static_j,
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class KernelRecord:
     """One kernel of the run: what it ran, how long it took and why, what it moved."""
 
@@ -122,19 +150,7 @@ class KernelRecord:
     cores_used: int
     instructions: int
     buffer_plan_bytes: Mapping[str, int]
-    energy_j: float | None  # None: the hardware gives no energy figures
-
-
-@dataclass(frozen=True, slots=True)
-class EnergyRecord:
-    """Joules the run spent: bytes read and written at each level, the Cube's MACs, the
-    vector unit's work, and static power for the run's duration (the preset's figures)."""
-
-    by_level_j: Mapping[str, float]
-    cube_j: float
-    vector_j: float
-    static_j: float
-    total_j: float
+    energy: EnergyRecord | None  # None: the hardware gives no energy figures
 
 
 @dataclass(frozen=True, slots=True)

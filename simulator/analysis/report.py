@@ -239,7 +239,7 @@ def analyse(
                 len(kernel.cores),
                 kernel.instruction_count,
                 kernel.buffer_plan_bytes,
-                _energy_j(
+                _energy(
                     hw, kernel_traffic[span.index], [kernel], span.end_cycle - span.start_cycle
                 ),
             )
@@ -299,14 +299,7 @@ def _energy(
     }
     cube = sum(k.cube_flops / 2 * e.joules_per_mac[k.dtype] for k in kernels if k.cube_flops)
     vector = sum(k.vector_work_bytes for k in kernels) * e.vector_joules_per_byte
-    static = e.static_watts * cycles / hw.clock_hz
-    total = sum(by_level.values()) + cube + vector + static
-    return EnergyRecord(by_level, cube, vector, static, total)
-
-
-def _energy_j(hw: Hardware, traffic: dict, kernels: Sequence[KernelProgram], cycles: int):
-    record = _energy(hw, traffic, kernels, cycles)
-    return None if record is None else record.total_j
+    return EnergyRecord.of(by_level, cube, vector, e.static_watts * cycles / hw.clock_hz)
 
 
 def _traffic_record(traffic: dict[str, dict[str, int]]) -> dict[str, LevelTraffic]:

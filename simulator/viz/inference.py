@@ -8,6 +8,13 @@ from typing import Any
 from ..units import format_bytes_decimal as fmt_bytes
 
 
+def _grouped(parts: dict[str, float]) -> dict[str, float]:
+    """Joules by where they went, the on-chip memories together."""
+    on_chip = ("L2", "L1", "L0A", "L0B", "L0C", "UB")
+    grouped = {"HBM": parts.get("HBM", 0.0), "on chip": sum(parts.get(p, 0.0) for p in on_chip)}
+    return {**grouped, **{p: j for p, j in parts.items() if p != "HBM" and p not in on_chip}}
+
+
 def render_inference(d: dict[str, Any]) -> str:
     tpot = d["tpot_us"]
     footprint = d["memory_footprint"]
@@ -27,7 +34,13 @@ def render_inference(d: dict[str, Any]) -> str:
     lines += [
         f"  request, end to end  {d['e2e_us'] / 1e3:10,.2f} ms",
         *(
-            [f"  energy per token     {d['energy_j']['per_token']:10,.3f} J"]
+            [
+                f"  energy per token     {d['energy_j']['per_token']:10,.3f} J    "
+                + ", ".join(
+                    f"{part} {j / d['energy_j']['per_token'] * 100:.0f}%"
+                    for part, j in _grouped(d["energy_j"]["per_token_by_part"]).items()
+                )
+            ]
             if d["energy_j"] and d["generate"] > 1
             else []
         ),
