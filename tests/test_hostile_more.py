@@ -19,7 +19,7 @@ from simulator.cli import main
 from simulator.cli_args import MAX_ERROR_CHARS
 from simulator.sweep import FIGURES
 
-from .test_hostile import BASE, HW, edit, op_line
+from .test_hostile import BASE, HW, SYNTAX_FRAGMENTS, edit, op_line
 
 FIFO, DIR, LOOP = object(), object(), object()  # file markers: a pipe, a folder, a link loop
 
@@ -1453,18 +1453,7 @@ def test_the_second_catalogue_is_large():
 
 HW_FRAGMENTS = st.sampled_from(
     [
-        "",
-        "[",
-        "]",
-        "{",
-        "}",
-        ":",
-        "- ",
-        "\n",
-        "  ",
-        "0",
-        "-1",
-        "1e9",
+        *SYNTAX_FRAGMENTS,
         ".nan",
         ".inf",
         "KiB",

@@ -8,36 +8,26 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_ruff_clean():
+def _passes(*command: str) -> None:
+    """A checking tool run on the checkout finds nothing."""
     result = subprocess.run(
-        [sys.executable, "-m", "ruff", "check", "simulator", "tests", "benchmarks"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
+        [sys.executable, "-m", *command], cwd=ROOT, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_ruff_clean():
+    _passes("ruff", "check", "simulator", "tests", "benchmarks")
 
 
 def test_ruff_formatted():
     """One format for everyone (`ruff format simulator tests benchmarks` applies it)."""
-    result = subprocess.run(
-        [sys.executable, "-m", "ruff", "format", "--check", "simulator", "tests", "benchmarks"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _passes("ruff", "format", "--check", "simulator", "tests", "benchmarks")
 
 
 def test_mypy_clean():
     """The package type-checks (settings in setup.cfg's [mypy])."""
-    result = subprocess.run(
-        [sys.executable, "-m", "mypy", "--no-error-summary"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
-    assert result.returncode == 0, result.stdout + result.stderr
+    _passes("mypy", "--no-error-summary")
 
 
 def test_library_does_not_print():
