@@ -8,7 +8,7 @@ import pytest
 from simulator.config.workload import parse_workload
 from simulator.errors import ConfigError
 from simulator.pipeline import plan_kernels, simulate
-from simulator.schedule.attention import attention_blocks, attention_shape
+from simulator.schedule.attention import attention_blocks, attention_shape, attention_splits
 
 
 def attention(
@@ -118,3 +118,39 @@ def test_a_tiling_for_the_head_of_a_fused_attention_kernel_is_refused(tiny):
     w = attention(tiny, tiling={"qk": {"base": {"m": 16, "n": 16, "k": 16}}})
     with pytest.raises(ConfigError, match="heads the fused attention kernel qk\\+smx\\+pv"):
         plan_kernels(w)
+
+
+def test_split_keys_when_units_leave_cores_idle(tiny):
+    """Decode: one query block per head leaves cores idle, so the keys are split into
+    chunks of whole blocks over the idle cores (FlashDecoding); prefill is not split."""
+    w = attention(replace(tiny, cores=8), queries=16, keys=1024)
+    kernel = plan_kernels(w).kernels[0]
+    s = attention_shape(kernel, w)
+    blocks = attention_blocks(s, w.hardware)
+    assert attention_splits(s, w.hardware, *blocks) == 4  # 2 units, 8 cores, 32 key blocks
+    assert attention_splits(replace(s, keys=160), w.hardware, *blocks) == 3  # 5 blocks: 2+2+1
+    assert attention_splits(replace(s, keys=128), w.hardware, *blocks) == 1  # 4 blocks
+    assert attention_splits(replace(s, causal=True), w.hardware, *blocks) == 1
+    assert attention_splits(s, tiny, *blocks) == 1  # 2 units on 2 cores
+
+
+def test_split_keys_store_partials_that_a_second_kernel_combines(chip):
+    """Each chunk stores its fp32 partial O and log-sum-exp; a second kernel reads them back
+    and writes O once. The Cube does the same work as unsplit, K and V are still read once,
+    and the idle cores make it faster than the two units' cores alone."""
+    split_chip = replace(chip, cores=8)
+    w = attention(split_chip, queries=16, keys=1024, head_dim=64)
+    report = simulate(w)
+    plain = simulate(attention(chip, queries=16, keys=1024, head_dim=64))
+    assert [k.name for k in report.kernels] == ["qk+smx+pv", "qk+smx+pv (combine)"]
+    assert report.kernels[0].tiling["splits"] == 4
+    partials = report.to_dict()["tensors"]["o.partials"]
+    assert partials["role"] == "intermediate"
+    assert partials["bytes"] == 2 * 4 * 16 * (64 + 1) * 4  # heads x chunks x rows x (O, lse)
+    assert partials["hbm_write_bytes"] == partials["bytes"]
+    hbm = report.to_dict()["traffic"]["HBM"]
+    nbytes = {name: t.nbytes for name, t in w.tensors.items()}
+    assert hbm["write_bytes"] == nbytes["o"] + partials["bytes"]
+    assert hbm["read_bytes"] >= nbytes["q"] + nbytes["k"] + nbytes["v"]
+    assert report.flops == plain.flops
+    assert report.cycles < plain.cycles

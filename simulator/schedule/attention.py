@@ -18,6 +18,14 @@ Each core owns some (batch, query block) units, dealt in turn. Per unit:
 
 HBM sees Q, K and V read and O written: the scores, whose size grows with the square of the
 sequence, stay on chip. The softmax rescaling is paid for in full, as vector work.
+
+Split keys (FlashDecoding): a decode step has one query block per (sequence, key/value head),
+too few units to keep every core busy while the KV cache streams. Then each unit's keys are
+cut into chunks of whole blocks, one chunk per core; each chunk stores its partial O, divided
+by its own row sums, with its rows' log-sum-exp, in fp32 (the `.partials` workspace), and a
+second kernel combines the chunks, rescaling each by its log-sum-exp as the online softmax
+rescales O. The partials' round trip through memory and the second launch are what the split
+costs; the cores it wakes are what it buys.
 """
 
 from __future__ import annotations
@@ -27,17 +35,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..config.hardware import ACCUMULATOR_BYTES, Hardware
-from ..config.workload import Workload
-from ..cost import cube_call_cycles, vector_op_cycles
+from ..config.workload import Tensor, Workload
+from ..cost import cube_call_cycles
 from ..errors import TilingError
 from ..ops import DTYPE_BYTES, OPS
+from .combine import lower_combine, vector_instruction
 from .program import (
     CoreBuilder,
     CubeBlock,
     Draft,
     KernelProgram,
     SlotRing,
-    VectorOp,
     operand_region,
     transfer,
 )
@@ -47,8 +55,11 @@ if TYPE_CHECKING:
     from .fusion import Kernel
 
 BLOCKS = (128, 64, 32, 16)  # query and key/value block sizes tried, largest first
-O_BYTES = 4  # the running output O is kept in fp32 while it accumulates
+O_BYTES = 4  # the running output O (and a split's partial O) is kept in fp32
 BUFFERS = 2
+# FlashAttention-3's split heuristic never splits this few key blocks (hopper/heuristics.h:
+# with head_dim 128, a 512-token cache is never split)
+MIN_SPLIT_BLOCKS = 4
 
 
 @dataclass(frozen=True)
@@ -124,17 +135,60 @@ def attention_blocks(s: AttentionShape, hw: Hardware) -> tuple[int, int]:
     )
 
 
-def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProgram:
+def attention_splits(s: AttentionShape, hw: Hardware, block_q: int, block_kv: int) -> int:
+    """How many chunks each unit's keys are split into: 1 unless the (batch, query block)
+    units leave cores idle; then as many chunks of whole key blocks as the idle cores allow.
+    Causal attention (prefill) has query blocks enough and is not split, and neither are
+    MIN_SPLIT_BLOCKS key blocks or fewer, whose split would not repay the second kernel."""
+    units = s.batch * -(-s.queries // block_q)
+    blocks = -(-s.keys // block_kv)
+    if s.causal or units >= hw.cores or blocks <= MIN_SPLIT_BLOCKS:
+        return 1
+    per_chunk = -(-blocks // (hw.cores // units))
+    return -(-blocks // per_chunk)
+
+
+def attention_workspace(kernel: Kernel, workload: Workload) -> Tensor | None:
+    """The fp32 partial outputs of a split attention kernel, each row its O and log-sum-exp
+    (one batch per sequence and chunk), or None when the keys are not split (or no block
+    fits, which lowering reports)."""
+    s = attention_shape(kernel, workload)
+    hw = workload.hardware
+    try:
+        splits = attention_splits(s, hw, *attention_blocks(s, hw))
+    except TilingError:
+        return None
+    if splits == 1:
+        return None
+    shape = (s.batch * splits, s.queries, s.head_dim + 1)
+    return Tensor(f"{kernel.output}.partials", shape, "fp32", "intermediate", kernel.name)
+
+
+def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> tuple[KernelProgram, ...]:
+    """The attention kernel, and when its keys are split, the kernel that combines them."""
     shape = attention_shape(kernel, workload)
     block_q, block_kv = attention_blocks(shape, hw)
-    units = [(b, q0) for b in range(shape.batch) for q0 in range(0, shape.queries, block_q)]
+    splits = attention_splits(shape, hw, block_q, block_kv)
+    partials = attention_workspace(kernel, workload)
+    blocks = -(-shape.keys // block_kv)
+    chunk = block_kv * -(-blocks // splits)  # keys per chunk of split keys
+    units = [
+        (b, q0, split)
+        for b in range(shape.batch)
+        for q0 in range(0, shape.queries, block_q)
+        for split in range(splits)
+    ]
     cores = []
     flops = vector_work = 0.0
     from_ub = 0
     for core in range(min(hw.cores, len(units))):
         builder = _AttentionCore(kernel, workload, hw, shape, block_q, block_kv)
-        for unit in units[core :: hw.cores]:
-            builder.unit(*unit)
+        for b, q0, split in units[core :: hw.cores]:
+            if partials is None:
+                builder.unit(b, q0)
+            else:
+                keys = (split * chunk, min(shape.keys, (split + 1) * chunk))
+                builder.unit(b, q0, keys, (partials, b * splits + split))
         cores.append(builder.core.build())
         flops += builder.flops
         vector_work += builder.vector_work
@@ -142,7 +196,8 @@ def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelP
     tensors = workload.tensors
     qk, _, pv = kernel.ops
     inputs = [*qk.inputs, pv.inputs[1]]
-    return KernelProgram(
+    out = partials or tensors[kernel.output]
+    attention = KernelProgram(
         kernel.name,
         tuple(op.name for op in kernel.ops),
         True,
@@ -150,15 +205,18 @@ def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelP
         shape.dtype,
         int(flops),
         tuple(cores),
-        {"block_q": block_q, "block_kv": block_kv},
+        {"block_q": block_q, "block_kv": block_kv, "splits": splits},
         sum(tensors[n].nbytes for n in inputs),
-        tensors[kernel.output].nbytes,
+        out.nbytes,
         _needs(shape, hw, block_q, block_kv),
         vector_work_bytes=vector_work,
         cube_flops=int(flops),
         gemms=1,
         l1_from_ub_bytes=from_ub,
     )
+    if partials is None:
+        return (attention,)
+    return attention, lower_combine(kernel, tensors[kernel.output], partials, splits, hw)
 
 
 class _AttentionCore:
@@ -207,25 +265,11 @@ class _AttentionCore:
         reads: int,
         writes: int,
     ) -> Draft:
-        """One vector instruction making `passes` passes of a cost class over `reads` bytes
-        of `width`-byte values in `level`, as a vector op of that class costs."""
-        spec = self.hw.vector
-        elements = reads // width // passes
-        cycles = spec.latency_cycles + passes * (
-            vector_op_cycles(spec, elements, width, cost_class) - spec.latency_cycles
+        draft, work = vector_instruction(
+            self.core, self.hw.vector, label, passes, cost_class, width, level, reads, writes
         )
-        self.vector_work += passes * elements * width * spec.cost_factor[cost_class]
-        return self.core.emit(
-            Draft(
-                VectorOp,
-                "VECTOR",
-                label,
-                writes,
-                reads=((level, reads),),
-                writes=((level, writes),),
-                cycles=cycles,
-            )
-        )
+        self.vector_work += work
+        return draft
 
     def _move(self, label: str, dst: str, rows: int, cols: int) -> Draft:
         """L1 → L0A or L0B: a rows × cols operand block, padded to whole fractals."""
@@ -271,19 +315,26 @@ class _AttentionCore:
             return s.keys
         return (q1 - 1) % s.keys + 1
 
-    def unit(self, b: int, q0: int) -> None:
+    def unit(
+        self,
+        b: int,
+        q0: int,
+        keys: tuple[int, int] | None = None,
+        partial: tuple[Tensor, int] | None = None,
+    ) -> None:
         """One (batch, query block): Q staged once, then its key/value blocks software-
         pipelined one deep, as FlashAttention kernels are: the scores and softmax of block
         j + 1 are issued before the P·V and the O update of block j, so the Cube and the
-        vector unit work on neighbouring blocks side by side."""
+        vector unit work on neighbouring blocks side by side. A chunk of split keys covers
+        `keys` and stores its partial O as batch `partial[1]` of the workspace `partial[0]`."""
         s, core, d = self.s, self.core, self.s.head_dim
         q1 = min(s.queries, q0 + self.bq)
         rows = q1 - q0
         transpose_q = bool(self.qk.attrs.get("transpose_a"))
         q_slot = self.l1_q.fill(self._load(self.qk.inputs[0], transpose_q, b, (q0, q1), (0, d)))
         flags = core.new_flag(0, "data"), core.new_flag(0, "data")
-        unit = _Unit(rows, q0, q1, b, q_slot, *flags)
-        starts = range(0, self._keys_seen(q0, q1), self.bkv)
+        unit = _Unit(rows, q0, q1, b, q_slot, *flags, partial=partial)
+        starts = range(*(keys or (0, self._keys_seen(q0, q1))), self.bkv)
         blocks = []
         for index, k0 in enumerate(starts):
             blocks.append(self._scores(unit, k0, index == 0, index == len(starts) - 1))
@@ -398,16 +449,20 @@ class _AttentionCore:
         self.ub_o.last_use(add, part)
 
     def _store(self, unit: _Unit) -> None:
-        """O divided by the row sums, then stored once."""
+        """O divided by the row sums, then stored once (a chunk of split keys: in fp32, with
+        its rows' log-sum-exp)."""
         s, core, d, rows = self.s, self.core, self.s.head_dim, unit.rows
         level = "L0C" if self.in_registers else "UB"
-        nbytes = rows * d * s.element_bytes
         o_bytes = rows * d * O_BYTES
+        if unit.partial is None:
+            out, b, nbytes, cols = self.tensors[self.out], unit.b, rows * d * s.element_bytes, d
+        else:
+            (out, b), cols = unit.partial, d + 1
+            nbytes = rows * cols * O_BYTES
         final = self._vector("normalise O", 1, "elementwise", O_BYTES, level, o_bytes, nbytes)
         finished = core.new_flag(0, "data")
         final.signals(finished)
-        shape = self.tensors[self.out].shape
-        region = operand_region(self.out, shape, False, unit.b, (unit.q0, unit.q1), (0, d))
+        region = operand_region(out.name, out.shape, False, b, (unit.q0, unit.q1), (0, cols))
         if self.in_registers:
             final.waits_for(unit.o_done)
             store = transfer("FIXPIPE", f"store {region}", "L0C", "HBM", nbytes, region)
@@ -434,6 +489,7 @@ class _Unit:
     o_scaled: int  # flag: the running O rescaled (in the registers)
     o_slot: int = 0
     holds_o: Draft | None = None  # the first instruction that needs the running O
+    partial: tuple[Tensor, int] | None = None  # split keys: (workspace, batch) it stores to
 
 
 @dataclass

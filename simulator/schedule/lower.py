@@ -25,7 +25,7 @@ from ..config.workload import Op, Workload
 from ..cost import cube_call_cycles, vector_work
 from ..errors import SimulatorError
 from ..ops import DTYPE_BYTES, OPS, operands_of
-from .attention import lower_attention
+from .attention import attention_workspace, lower_attention
 from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, in_registers, seeds_of
 from .footprint import INPUT_ROLES, read_once_bytes, refuse_if_over_capacity, tensor_roles
 from .fusion import Kernel, Plan
@@ -63,22 +63,29 @@ def lower(workload: Workload, plan: Plan) -> Program:
             "that does"
         )
     roles = tensor_roles(workload, plan)
+    # split attention's partial outputs: written by one kernel, read by the next
+    workspaces = [
+        w for k in plan.kernels if k.attention and (w := attention_workspace(k, workload))
+    ]
+    roles.update((w.name, ("intermediate", w.nbytes)) for w in workspaces)
     refuse_if_over_capacity(workload, roles)
-    lowered, problems = [], []
+    lowered: list[KernelProgram] = []
+    problems: list[str] = []
     chunks: dict = {}  # K chunks built so far, shared by matmuls of one shape and tiling
     total = 0
     for kernel in plan.kernels:
         try:
             if kernel.attention:
-                lowered.append(lower_attention(kernel, workload, workload.hardware))
+                programs = lower_attention(kernel, workload, workload.hardware)
             elif kernel.gemms:
-                lowered.append(lower_matmul(kernel, workload, workload.hardware, chunks))
+                programs = (lower_matmul(kernel, workload, workload.hardware, chunks),)
             else:
-                lowered.append(lower_vector(kernel, workload, workload.hardware))
+                programs = (lower_vector(kernel, workload, workload.hardware),)
         except TilingError as exc:
             problems.append(str(exc))
             continue
-        total += lowered[-1].instruction_count
+        lowered.extend(programs)
+        total += sum(p.instruction_count for p in programs)
         if total > MAX_INSTRUCTIONS:
             raise TilingError(
                 f"{workload.source}: the kernels up to '{kernel.name}' already "
@@ -89,7 +96,9 @@ def lower(workload: Workload, plan: Plan) -> Program:
     if problems:
         lines = [line for problem in problems for line in problem.splitlines()]
         raise TilingError("\n".join(f"{workload.source}: {line}" for line in lines))
-    geometry = {t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in workload.tensors.values()}
+    geometry = {
+        t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in (*workload.tensors.values(), *workspaces)
+    }
     # compulsory traffic: every input read once (a gathered one, its rows), every kernel's
     # result written once (an input kernels read only through a view counts as that view)
     compulsory = sum(

@@ -144,7 +144,8 @@ def describe_tiling(t: dict | None) -> str:
     if t is None:
         return "vector tiles"
     if "block_q" in t:
-        return f"attention blocks {t['block_q']} queries x {t['block_kv']} keys"
+        chunks = f", keys split {t['splits']} ways" if t["splits"] > 1 else ""
+        return f"attention blocks {t['block_q']} queries x {t['block_kv']} keys{chunks}"
     split = t["split"]
     cores = "x".join(str(split[d]) for d in ("b", "m", "n") if d != "b" or split[d] > 1)
     if split.get("blocks"):
