@@ -33,8 +33,9 @@ from .config.transformer import (
     step_workload,
 )
 from .errors import ConfigError, InvariantError, SimulatorError, check_count
-from .pipeline import simulate
+from .pipeline import plan_kernels, simulate
 from .report import SimulationReport
+from .schedule.footprint import RESIDENT_ROLES, tensor_roles
 from .units import format_bytes_decimal as fmt_bytes
 from .version import format_mark
 
@@ -388,14 +389,17 @@ def _footprint(
 ) -> Footprint:
     """From the generated prefill of a one-layer model: its layer's weights times the layers,
     plus the embedding and head; the KV cache in fp16; every other tensor of that prefill
-    (one layer's activations: layers run one after another and reuse them)."""
+    that reaches HBM (one layer's activations: layers run one after another and reuse them;
+    what a fused kernel keeps on chip, fused attention's scores among them, takes none)."""
     workload = step_workload(model, hardware, prefill, 1, fusion, weights)
+    roles = tensor_roles(workload, plan_kernels(workload))
     all_experts = model.experts / active_experts(model, prefill)  # the step reads the active
     layer_weights = outside = activations = 0.0
     for tensor in workload.tensors.values():
         layer, role = layer_and_role(tensor.name)
         if tensor.kind != "weight":
-            activations += tensor.nbytes
+            if roles.get(tensor.name, ("on_chip",))[0] in RESIDENT_ROLES:
+                activations += tensor.nbytes
         elif layer is None:
             outside += tensor.nbytes
         else:

@@ -287,3 +287,14 @@ def test_energy_units_parse_and_refuse_clearly():
         parse_energy("0.4pJ/MAC", "B")
     with pytest.raises(UnitError, match="not a power"):
         parse_power("60 J")
+
+
+def test_the_footprint_holds_no_bytes_a_fused_kernel_keeps_on_chip(tiny):
+    """Fused attention's scores and probabilities never reach HBM, so they take no memory;
+    unfused, every head's are there, in fp16."""
+    model = toy()
+    fused = infer(model, tiny, prompt=128, generate=0, fusion="auto").footprint
+    unfused = infer(model, tiny, prompt=128, generate=0, fusion="none").footprint
+    scores = model.heads * 128 * 128 * 2
+    assert unfused.activation_bytes - fused.activation_bytes >= 2 * scores
+    assert fused.weight_bytes == unfused.weight_bytes
