@@ -4,9 +4,10 @@
 
 Each case is a row of benchmarks/validation_sources.md (its ID there, with the source and
 its conditions): a GEMM at a stated shape, dtype and chip, and the throughput the source
-measured, or a few vector kernels and the time the source measured for them. The simulator
-runs the same kernels on the matching preset and the table prints measured, simulated and
-the signed error, then the median and largest absolute error.
+measured; or a few kernels (vector ops, fused attention) and the time the source measured for
+them; or a whole model's request (`infer`) and its time per token or to the first token. The
+simulator runs the same work on the matching preset and the table prints measured, simulated
+and the signed error, then the median and largest absolute error.
 Nothing here is fitted: a case only reads the preset, so a constant tuned to one case would
 show up as error in the others. A case whose source states the tile shape it measured runs
 that tiling (in this simulator's words: base block and staged K); the others use the tiling
@@ -26,7 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from simulator import load_hardware, simulate  # noqa: E402
+from simulator import infer, load_hardware, load_model, simulate  # noqa: E402
 from simulator.config.workload import parse_workload  # noqa: E402
 from simulator.gc_pause import gc_paused  # noqa: E402
 from simulator.search import tune, tuned_workload  # noqa: E402
@@ -194,6 +195,7 @@ class KernelsCase:
     source: str
     tensors: dict
     ops: list
+    fusion: str = "none"
 
 
 def norm_then_quantize(tokens: int, microseconds: float) -> KernelsCase:
@@ -218,11 +220,112 @@ def norm_then_quantize(tokens: int, microseconds: float) -> KernelsCase:
     )
 
 
+def flash_attention(seqlen: int, causal: bool, tflops: float) -> KernelsCase:
+    """FlashAttention-3's forward pass on an H100 SXM5 at head dim 128, as its paper measured
+    it: batch x seqlen = 16k tokens, 16 heads (hidden 2048), TFLOPS counting 4·s²·d a head
+    (half of it when causal). Fused here as FlashAttention (QK^T, softmax, PV, one kernel)."""
+    batch, heads, head_dim = 16384 // seqlen, 16, 128
+    flops = 4 * batch * heads * seqlen**2 * head_dim / (2 if causal else 1)
+    kind = "causal" if causal else "non-causal"
+    shape = [batch * heads, seqlen, head_dim]
+    return KernelsCase(
+        f"F{seqlen // 1024}k{kind[0]}",
+        "h100",
+        "bf16",
+        f"{batch}x{heads}x{seqlen}x{head_dim}",
+        flops / (tflops * 1e12) * 1e6,
+        f"FlashAttention-3 paper fig. 5, {kind} fwd, {tflops:.0f} TFLOPS",
+        {"q": {"shape": shape}, "k": {"shape": shape}, "v": {"shape": shape}},
+        attention_ops(causal),
+        fusion="auto",
+    )
+
+
+def attention_ops(causal: bool) -> list[dict]:
+    """Attention as a workload file writes it: o = softmax(q kᵀ) v over tensors q, k, v
+    (batch x rows x head_dim), which fusion: auto forms into one FlashAttention kernel."""
+    return [
+        {
+            "name": "qk",
+            "op": "batch_matmul",
+            "inputs": ["q", "k"],
+            "output": "s",
+            "attrs": {"transpose_b": True},
+        },
+        {
+            "name": "softmax",
+            "op": "softmax",
+            "inputs": ["s"],
+            "output": "p",
+            "attrs": {"causal": causal},
+        },
+        {"name": "pv", "op": "batch_matmul", "inputs": ["p", "v"], "output": "o"},
+    ]
+
+
 KERNEL_CASES = (
     norm_then_quantize(2048, 22.27),
     norm_then_quantize(8192, 110.16),
     norm_then_quantize(16384, 217.1),
+    flash_attention(1024, True, 423),
+    flash_attention(2048, True, 521),
+    flash_attention(2048, False, 625),
+    flash_attention(4096, False, 638),
 )
+
+
+@dataclass(frozen=True)
+class RequestCase:
+    """A whole model's request (`infer`), and the time per token or to the first token the
+    source measured."""
+
+    id: str
+    hardware: str
+    model: str
+    prompt: int
+    generate: int
+    metric: str  # "ttft": time to first token; "tpot": mean time per output token
+    measured_ms: float
+    source: str
+    dtype: str = "fp16"  # infer's weights (bf16 moves the same bytes)
+
+    @property
+    def shape(self) -> str:
+        return f"{self.model} {self.prompt}/{self.generate}"
+
+
+REQUEST_CASES = (
+    RequestCase(
+        "D1", "a100", "llama2-7b", 5, 200, "tpot", 1e3 / 104.9, "gpt-fast README, bf16, bs 1"
+    ),
+    RequestCase(
+        "D5a",
+        "a100",
+        "llama2-7b",
+        128,
+        0,
+        "ttft",
+        16.0,
+        "TensorRT-LLM v0.5 performance.md, fp16, bs 1",
+    ),
+    RequestCase(
+        "D5b",
+        "a100",
+        "llama2-7b",
+        2048,
+        0,
+        "ttft",
+        133.0,
+        "TensorRT-LLM v0.5 performance.md, fp16, bs 1",
+    ),
+)
+
+
+def request_ms(case: RequestCase) -> float:
+    report = infer(
+        load_model(case.model), load_hardware(case.hardware), 1, case.prompt, case.generate
+    )
+    return (report.ttft_us if case.metric == "ttft" else report.tpot_us["mean"]) / 1e3
 
 
 def kernels(case: KernelsCase):
@@ -232,6 +335,7 @@ def kernels(case: KernelsCase):
         "dtype": case.dtype,
         "tensors": case.tensors,
         "ops": case.ops,
+        "schedule": {"fusion": case.fusion},
     }
     return parse_workload(raw, "<validate>", load_hardware(case.hardware))
 
@@ -266,7 +370,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", metavar="ID", help="run only these cases")
     parser.add_argument("--tune", action="store_true", help="tune each GEMM's tiling first")
     args = parser.parse_args()
-    cases = [c for c in CASES + KERNEL_CASES if not args.only or c.id in args.only]
+    every: tuple = CASES + KERNEL_CASES + REQUEST_CASES
+    cases = [c for c in every if not args.only or c.id in args.only]
     print(
         f"{'case':<8} {'chip':<10} {'dtype':<5} {'shape M x N x K':>20} {'measured':>10} "
         f"{'simulated':>10} {'error':>8}  binding  source"
@@ -274,8 +379,18 @@ def main() -> None:
     errors = []
     started = time.perf_counter()
     for case in cases:
-        if isinstance(case, KernelsCase):  # a time: positive error = the simulator is faster
+        if isinstance(case, RequestCase):  # positive error: the simulator is faster
+            simulated_ms = request_ms(case)
+            binding = case.metric  # a request has many kernels, each bound its own way
+            error = case.measured_ms / simulated_ms - 1
+            shape, measured, simulated = (
+                case.shape,
+                f"{case.measured_ms:>7.2f} ms",
+                f"{simulated_ms:>7.2f} ms",
+            )
+        elif isinstance(case, KernelsCase):  # a time: positive error = the simulator is faster
             report = simulate(kernels(case)).to_dict()
+            binding = report["binding"]
             error = case.measured_us / report["time_us"] - 1
             shape, measured, simulated = (
                 case.shape,
@@ -287,6 +402,7 @@ def main() -> None:
             if args.tune and not case.tiling:
                 workload = tuned_workload(workload, tune(workload, top=2))
             report = simulate(workload).to_dict()
+            binding = report["binding"]
             error = report["achieved_tflops"] / case.measured_tflops - 1
             shape, measured, simulated = (
                 f"{case.m} x {case.n} x {case.k}",
@@ -296,7 +412,7 @@ def main() -> None:
         errors.append(abs(error))
         print(
             f"{case.id:<8} {case.hardware:<10} {case.dtype:<5} {shape:>20} {measured:>10} "
-            f"{simulated:>10} {error * 100:>+7.1f}%  {report['binding']:<8} {case.source}"
+            f"{simulated:>10} {error * 100:>+7.1f}%  {binding:<8} {case.source}"
         )
     print(
         f"\n{len(cases)} case{'s' * (len(cases) != 1)} in "

@@ -95,6 +95,10 @@ class TilingError(SimulatorError):
     """A tiling that breaks a rule; the message names the field path, the rule and the numbers."""
 
 
+class TooLargeError(TilingError):
+    """A run that would need more instructions than memory can hold."""
+
+
 class CycleBudgetError(SimulatorError):
     """A run went past the cycle budget it was given: stopped rather than left to hang."""
 

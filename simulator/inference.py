@@ -32,7 +32,7 @@ from .config.transformer import (
     layer_and_role,
     step_workload,
 )
-from .errors import ConfigError, InvariantError, SimulatorError, check_count
+from .errors import ConfigError, InvariantError, SimulatorError, TooLargeError, check_count
 from .pipeline import plan_kernels, simulate
 from .report import SimulationReport
 from .schedule.footprint import RESIDENT_ROLES, tensor_roles
@@ -242,7 +242,14 @@ def infer(
     def run(step: Step, layers: int) -> SimulationReport:
         if on_step:
             on_step(f"{step.phase} @ {step.context}: {layers} layers")
-        return simulate(step_workload(part, hardware, step, layers, fusion, weights))
+        try:
+            return simulate(step_workload(part, hardware, step, layers, fusion, weights))
+        except TooLargeError as exc:
+            raise TooLargeError(
+                f"{exc}\n{model.name}'s {step.phase} of {batch} x {step.new_tokens} tokens is "
+                f"simulated {layers} layers at a time, which is too large for one run: use a "
+                "shorter --prompt or a smaller --batch"
+            ) from None
 
     def whole(step: Step) -> StepTime:
         return _with_communication(_whole_model_step(part, step, run, exact), part, hardware, step)

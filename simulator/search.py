@@ -21,7 +21,8 @@ from .errors import SimulatorError, check_count
 from .ops import OPS, operands_of
 from .schedule.epilogue import epilogue_refusal, in_registers
 from .schedule.fusion import Kernel, Plan, plan_kernels
-from .schedule.lower import MAX_INSTRUCTIONS, instruction_count
+from .schedule.lower import instruction_count
+from .schedule.program import MAX_INSTRUCTIONS
 from .schedule.tiling import (
     Tiling,
     TilingError,

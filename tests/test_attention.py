@@ -6,8 +6,8 @@ from dataclasses import replace
 import pytest
 
 from simulator.config.workload import parse_workload
-from simulator.errors import ConfigError
-from simulator.pipeline import plan_kernels, simulate
+from simulator.errors import ConfigError, TooLargeError
+from simulator.pipeline import lower_workload, plan_kernels, simulate
 from simulator.schedule.attention import attention_blocks, attention_shape, attention_splits
 
 
@@ -154,3 +154,11 @@ def test_split_keys_store_partials_that_a_second_kernel_combines(chip):
     assert hbm["read_bytes"] >= nbytes["q"] + nbytes["k"] + nbytes["v"]
     assert report.flops == plain.flops
     assert report.cycles < plain.cycles
+
+
+def test_a_kernel_too_large_to_hold_is_refused_before_it_is_built(tiny):
+    """64 heads of 4096 causal queries in tiny's 16 x 32 blocks: some 13.8 million
+    instructions, counted (exactly, at 13 a block through UB and 3 a unit) and refused at
+    once, with the shape and the blocks."""
+    with pytest.raises(TooLargeError, match="about 13,787,136 instructions.*blocks of 16 x 32"):
+        lower_workload(attention(tiny, queries=4096, keys=4096, heads=64, causal=True))

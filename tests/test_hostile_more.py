@@ -1220,7 +1220,7 @@ ROUND_THREE_CASES = [
                 BASE
                 + "".join(
                     f"  - {{name: mm{i}, op: matmul, inputs: [a, b], output: c{i}}}\n"
-                    for i in range(12)
+                    for i in range(16)
                 ),
             )
         },

@@ -9,7 +9,7 @@ import pytest
 from simulator.cli import main
 from simulator.config.model import load_model, model_names, parse_model, shard
 from simulator.config.transformer import Step, step_workload
-from simulator.errors import ConfigError, SimulatorError
+from simulator.errors import ConfigError, SimulatorError, TooLargeError
 from simulator.inference import infer
 from simulator.pipeline import simulate
 
@@ -298,3 +298,12 @@ def test_the_footprint_holds_no_bytes_a_fused_kernel_keeps_on_chip(tiny):
     scores = model.heads * 128 * 128 * 2
     assert unfused.activation_bytes - fused.activation_bytes >= 2 * scores
     assert fused.weight_bytes == unfused.weight_bytes
+
+
+def test_a_step_too_large_for_one_run_says_what_to_change():
+    """A 4000-token prefill of LLaMA-2-7B on h100, four layers at a time, would need more
+    instructions than a run holds: refused at once, naming the options that shrink it."""
+    from simulator.config.hardware import load_hardware
+
+    with pytest.raises(TooLargeError, match="use a shorter --prompt or a smaller --batch"):
+        infer(load_model("llama2-7b"), load_hardware("h100"), prompt=4000, generate=1)

@@ -37,10 +37,11 @@ from typing import TYPE_CHECKING
 from ..config.hardware import ACCUMULATOR_BYTES, Hardware
 from ..config.workload import Tensor, Workload
 from ..cost import cube_call_cycles
-from ..errors import TilingError
+from ..errors import TilingError, TooLargeError
 from ..ops import DTYPE_BYTES, OPS
 from .combine import lower_combine, vector_instruction
 from .program import (
+    MAX_INSTRUCTIONS,
     CoreBuilder,
     CubeBlock,
     Draft,
@@ -170,6 +171,7 @@ def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> tuple[K
     block_q, block_kv = attention_blocks(shape, hw)
     splits = attention_splits(shape, hw, block_q, block_kv)
     partials = attention_workspace(kernel, workload)
+    _refuse_if_too_large(kernel, shape, hw, block_q, block_kv)
     blocks = -(-shape.keys // block_kv)
     chunk = block_kv * -(-blocks // splits)  # keys per chunk of split keys
     units = [
@@ -217,6 +219,33 @@ def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> tuple[K
     if partials is None:
         return (attention,)
     return attention, lower_combine(kernel, tensors[kernel.output], partials, splits, hw)
+
+
+def _refuse_if_too_large(
+    kernel: Kernel, s: AttentionShape, hw: Hardware, block_q: int, block_kv: int
+) -> None:
+    """Refused before it is built: a kernel of more instructions than a run can hold (per
+    key/value block 9 in the registers, 13 through UB; 3 more per unit)."""
+    per_block = 9 if hw.epilogue_in_registers else 13
+    starts = range(0, s.queries, block_q)
+    blocks = sum(-(-keys_seen(s, q0, min(s.queries, q0 + block_q)) // block_kv) for q0 in starts)
+    count = s.batch * (per_block * blocks + 3 * len(starts))
+    if count > MAX_INSTRUCTIONS:
+        raise TooLargeError(
+            f"{kernel.ops[0].path}: fused attention kernel '{kernel.name}' would need about "
+            f"{count:,} instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in "
+            f"memory ({s.batch} x {s.queries} queries against {s.keys} keys, in blocks of "
+            f"{block_q} x {block_kv}); use a smaller problem"
+        )
+
+
+def keys_seen(s: AttentionShape, q0: int, q1: int) -> int:
+    """How many keys the queries q0..q1 attend to: all, or (causal) up to the latest position
+    among them (a query's position is its row among each group of `keys`); the key blocks
+    past it are skipped, the one it falls in computed whole and masked."""
+    if not s.causal or (q1 - 1) // s.keys != q0 // s.keys:
+        return s.keys
+    return (q1 - 1) % s.keys + 1
 
 
 class _AttentionCore:
@@ -306,15 +335,6 @@ class _AttentionCore:
         nbytes = (rows[1] - rows[0]) * (cols[1] - cols[0]) * self.s.element_bytes
         return self.core.emit(transfer("MTE2", f"load {region}", "HBM", "L1", nbytes, region))
 
-    def _keys_seen(self, q0: int, q1: int) -> int:
-        """How many keys the unit's queries attend to: all, or (causal) up to the latest
-        position among them (a query's position is its row among each group of `keys`); the
-        key blocks past it are skipped, the one it falls in computed whole and masked."""
-        s = self.s
-        if not s.causal or (q1 - 1) // s.keys != q0 // s.keys:
-            return s.keys
-        return (q1 - 1) % s.keys + 1
-
     def unit(
         self,
         b: int,
@@ -334,7 +354,7 @@ class _AttentionCore:
         q_slot = self.l1_q.fill(self._load(self.qk.inputs[0], transpose_q, b, (q0, q1), (0, d)))
         flags = core.new_flag(0, "data"), core.new_flag(0, "data")
         unit = _Unit(rows, q0, q1, b, q_slot, *flags, partial=partial)
-        starts = range(*(keys or (0, self._keys_seen(q0, q1))), self.bkv)
+        starts = range(*(keys or (0, keys_seen(s, q0, q1))), self.bkv)
         blocks = []
         for index, k0 in enumerate(starts):
             blocks.append(self._scores(unit, k0, index == 0, index == len(starts) - 1))

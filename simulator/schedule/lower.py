@@ -23,13 +23,14 @@ from typing import NamedTuple
 from ..config.hardware import Hardware
 from ..config.workload import Op, Workload
 from ..cost import cube_call_cycles, vector_work
-from ..errors import SimulatorError
+from ..errors import SimulatorError, TooLargeError
 from ..ops import DTYPE_BYTES, OPS, operands_of
 from .attention import attention_workspace, lower_attention
 from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, in_registers, seeds_of
 from .footprint import INPUT_ROLES, read_once_bytes, refuse_if_over_capacity, tensor_roles
 from .fusion import Kernel, Plan
 from .program import (
+    MAX_INSTRUCTIONS,
     CoreBuilder,
     CubeBlock,
     Draft,
@@ -69,6 +70,13 @@ def lower(workload: Workload, plan: Plan) -> Program:
     ]
     roles.update((w.name, ("intermediate", w.nbytes)) for w in workspaces)
     refuse_if_over_capacity(workload, roles)
+    estimate = _matmul_instructions(workload, plan)
+    if estimate > MAX_INSTRUCTIONS:
+        raise TooLargeError(
+            f"{workload.source}: its matmul kernels alone would need about {estimate:,} "
+            f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in memory; use "
+            "larger base blocks or a smaller problem"
+        )
     lowered: list[KernelProgram] = []
     problems: list[str] = []
     chunks: dict = {}  # K chunks built so far, shared by matmuls of one shape and tiling
@@ -81,13 +89,15 @@ def lower(workload: Workload, plan: Plan) -> Program:
                 programs = (lower_matmul(kernel, workload, workload.hardware, chunks),)
             else:
                 programs = (lower_vector(kernel, workload, workload.hardware),)
+        except TooLargeError as exc:  # nothing else is worth lowering
+            raise TooLargeError(f"{workload.source}: {exc}") from None
         except TilingError as exc:
             problems.append(str(exc))
             continue
         lowered.extend(programs)
         total += sum(p.instruction_count for p in programs)
         if total > MAX_INSTRUCTIONS:
-            raise TilingError(
+            raise TooLargeError(
                 f"{workload.source}: the kernels up to '{kernel.name}' already "
                 f"need {total:,} instructions, more than the "
                 f"{MAX_INSTRUCTIONS:,} a run can hold in memory; use larger base "
@@ -190,11 +200,6 @@ def lower_matmul(
     )
 
 
-# Each instruction costs a few hundred bytes while the program is built and run: past
-# this many, a run would exhaust memory long before it finished, so it is refused up front.
-MAX_INSTRUCTIONS = 5_000_000
-
-
 def instruction_count(shape: MatmulShape, t: Tiling, epilogue_ops: int) -> int:
     """About how many instructions a matmul kernel lowers to with this tiling."""
     g = shape.gemms
@@ -204,10 +209,27 @@ def instruction_count(shape: MatmulShape, t: Tiling, epilogue_ops: int) -> int:
     return blocks * (k_blocks * (1 + 2 * g) + chunks * (1 + g) + g + 2 * epilogue_ops)
 
 
+def _matmul_instructions(workload: Workload, plan: Plan) -> int:
+    """About how many instructions the matmul kernels lower to, counted before any is built,
+    so that a run too large to hold is refused at once (a kernel whose tiling is wrong counts
+    none: lowering reports it)."""
+    total = 0
+    for kernel in plan.kernels:
+        if kernel.gemms and not kernel.attention:
+            try:
+                shape = gemm_shape(list(kernel.gemms), workload.tensors)
+                tiling = workload.tiling_for(kernel.tiling_op)
+                t = resolve_tiling(shape, tiling, workload.hardware, kernel.name)
+            except TilingError:
+                continue
+            total += instruction_count(shape, t, len(kernel.epilogue))
+    return total
+
+
 def _refuse_if_too_large(kernel: Kernel, shape: MatmulShape, t: Tiling, hw: Hardware) -> None:
     count = instruction_count(shape, t, len(kernel.epilogue))
     if count > MAX_INSTRUCTIONS:
-        raise TilingError(
+        raise TooLargeError(
             f"{kernel.gemms[0].path}: kernel '{kernel.name}' would need about {count:,} "
             f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in memory; use "
             f"larger base blocks (now {t.base_m}x{t.base_n}x{t.base_k}) or a smaller problem"
@@ -530,7 +552,7 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         )
     count = -(-rows // tile_rows) * -(-cols // tile_cols) * (2 + 2 * len(ops))
     if count > MAX_INSTRUCTIONS:
-        raise TilingError(
+        raise TooLargeError(
             f"{ops[0].path}: kernel '{kernel.name}' would need about {count:,} "
             f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in "
             "memory; use a smaller problem or a chip with a larger UB"
