@@ -12,12 +12,11 @@ Q, K, V and O do.
 A prefill's instructions grow with the square of the prompt too: at 32k one layer would
 need some 15 million, twice what a run holds. The heads are independent and equal, so beyond
 8k tokens fewer heads are simulated (as many as keep the instructions at twice the 8k level:
-4 of 32 at 32k) and the time scaled by 32 / heads; the row says so. The scaled time
-overstates: the units are dealt to the cores in turn (not taken as cores free up), and with
-fewer of them more cores sit idle while the longest causal blocks finish. Checked at 8k
+4 of 32 at 32k) and the time scaled by 32 / heads; the row says so. Checked at 8k
 (`--heads 4 --contexts 8192 --phases prefill`), 4 heads scaled by 8 overstate all 32 heads'
-fused time by 2.4% on ascend910's 32 cores but by 91% on h100's 132 SMs. Nor do the HBM
-bytes scale (fewer heads at once share L2 better), so a scaled row shows none.
+fused time by 2.1% on ascend910 and 7.3% on h100: with fewer units, the cores' work evens out
+less well at the end. The HBM bytes do not scale (fewer heads at once share L2 better), so a
+scaled row shows none.
 """
 
 from __future__ import annotations

@@ -158,7 +158,32 @@ def test_split_keys_store_partials_that_a_second_kernel_combines(chip):
 
 def test_a_kernel_too_large_to_hold_is_refused_before_it_is_built(tiny):
     """64 heads of 4096 causal queries in tiny's 16 x 32 blocks: some 13.8 million
-    instructions, counted (exactly, at 13 a block through UB and 3 a unit) and refused at
-    once, with the shape and the blocks."""
+    instructions, counted (13 a block through UB, 3 a unit) and refused at once, with the
+    shape and the blocks."""
     with pytest.raises(TooLargeError, match="about 13,787,136 instructions.*blocks of 16 x 32"):
         lower_workload(attention(tiny, queries=4096, keys=4096, heads=64, causal=True))
+
+
+def s_blocks_per_core(w):
+    """How many score blocks (Q·Kᵀ) each core of the attention kernel computes."""
+    cores = lower_workload(w).kernels[0].cores
+    return [sum(i.label.startswith("mmad S") for i in core.queues["CUBE"]) for core in cores]
+
+
+def test_causal_units_are_dealt_longest_first_to_the_least_loaded_core(tiny):
+    """8 query blocks of 1, 1, 2, 2, 3, 3, 4 and 4 key blocks on 3 cores: the longest first,
+    each to the core with the least work, gives 7, 7 and 6 (dealt in turn: 7, 8 and 5)."""
+    w = attention(replace(tiny, cores=3), queries=128, keys=128, heads=1, causal=True)
+    assert sorted(s_blocks_per_core(w)) == [6, 7, 7]
+
+
+def test_in_the_registers_a_unit_starts_once_the_one_before_is_stored(tiny):
+    """On a chip whose epilogues run in the registers, the warps that compute a unit also
+    store it: each unit's first score block waits for the store of the unit before it."""
+    chip = replace(tiny, epilogue_in_registers=True, cores=1)
+    core = lower_workload(attention(chip, queries=32, keys=64, heads=2)).kernels[0].cores[0]
+    stores = [i for i in core.queues["FIXPIPE"] if i.label.startswith("store")]
+    scores = [i for i in core.queues["CUBE"] if i.label.startswith("mmad S")]
+    firsts = scores[:: len(scores) // 2]  # two units of equal blocks
+    assert len(stores) == len(firsts) == 2
+    assert set(stores[0].sets) & set(firsts[1].waits)

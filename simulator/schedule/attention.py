@@ -1,13 +1,18 @@
 """Fused attention (FlashAttention): QK^T, softmax and PV as one kernel whose scores and
 probabilities never leave the chip.
 
-Each core owns some (batch, query block) units, dealt in turn. Per unit:
+Each core owns some (batch, query block) units, dealt as FlashAttention-3's scheduler deals
+them: the longest first (causal: the last queries), each to the core with the least work,
+batches grouped so that their K and V fit in L2. On a chip whose epilogues run in the
+registers (a GPU), the warps that compute a unit also store it, so a core starts its next
+unit once the last one is stored. Per unit:
 
   MTE2    stages the query block Q in L1 once
   for each key/value block (causal: only blocks at or before the unit's last query):
     MTE2    stages the K and V blocks in L1
     MTE1    moves Q → L0A and K → L0B;  CUBE  S = Q·Kᵀ into L0C
     FIXPIPE drains S to UB (on a chip whose epilogues work in the registers, S stays there)
+    VECTOR  (causal, a block past some query's position: a masking pass first)
     VECTOR  online softmax over the block: row max, P = exp(S − max), row sum, and the
             running max and sum rescaled (two reductions and an exponential per score)
     P reaches the Cube's A side: UB → L1 (MTE3) → L0A (MTE1), or in place in the registers
@@ -30,6 +35,7 @@ costs; the cores it wakes are what it buys.
 
 from __future__ import annotations
 
+import heapq
 import math
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -183,9 +189,9 @@ def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> tuple[K
     cores = []
     flops = vector_work = 0.0
     from_ub = 0
-    for core in range(min(hw.cores, len(units))):
+    for dealt in _deal(units, shape, hw, block_q, block_kv):
         builder = _AttentionCore(kernel, workload, hw, shape, block_q, block_kv)
-        for b, q0, split in units[core :: hw.cores]:
+        for b, q0, split in dealt:
             if partials is None:
                 builder.unit(b, q0)
             else:
@@ -219,6 +225,29 @@ def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> tuple[K
     if partials is None:
         return (attention,)
     return attention, lower_combine(kernel, tensors[kernel.output], partials, splits, hw)
+
+
+def _deal(
+    units: list[tuple[int, int, int]], s: AttentionShape, hw: Hardware, block_q: int, block_kv: int
+) -> list[list[tuple[int, int, int]]]:
+    """The units each core runs, as FlashAttention-3's longest-first scheduler orders them:
+    the batches (sequence, key/value head) in sections whose K and V fit in L2 together, and
+    within a section the units with the most key blocks first (causal: the last queries); each
+    unit in turn goes to the core with the least work so far (the lowest-numbered among
+    equals), as a free core takes the next. Units of equal work are dealt in turn."""
+    kv_bytes = 2 * s.keys * s.head_dim * s.element_bytes
+    section = max(1, hw.memories["L2"].capacity_bytes // kv_bytes)
+    work = {
+        q0: -(-keys_seen(s, q0, min(s.queries, q0 + block_q)) // block_kv)
+        for q0 in range(0, s.queries, block_q)
+    }
+    loads = [(0, core) for core in range(min(hw.cores, len(units)))]
+    dealt: list[list[tuple[int, int, int]]] = [[] for _ in loads]
+    for unit in sorted(units, key=lambda u: (u[0] // section, -work[u[1]], u[0])):
+        load, core = heapq.heappop(loads)
+        dealt[core].append(unit)
+        heapq.heappush(loads, (load + work[unit[1]], core))
+    return dealt
 
 
 def _refuse_if_too_large(
@@ -278,6 +307,9 @@ class _AttentionCore:
         self.l0b = SlotRing(core, "L0B", block_kv * d * e, BUFFERS)
         score_slots = 2 if self.in_registers else 1
         self.l0c_s = SlotRing(core, "L0C", block_q * block_kv * ACCUMULATOR_BYTES, score_slots)
+        # in the registers, the warps that issue a unit's products also run its epilogue (as
+        # FlashAttention's consumer warpgroups do): the next unit starts once O is stored
+        self.unit_done = core.new_flag(1, "buffer_slot")
         self.l0c_o = SlotRing(core, "L0C", block_q * d * ACCUMULATOR_BYTES, 1)
         if not self.in_registers:
             self.l1_p = SlotRing(core, "L1", block_q * block_kv * e, BUFFERS)
@@ -385,6 +417,8 @@ class _AttentionCore:
         self.l1_k.last_use(k_move, k_slot)
         kb = self.l0b.fill(k_move)
         score = self._mmad(f"mmad S {rows}x{cols}x{d}", rows, cols, d)
+        if first and self.in_registers:
+            score.waits_for(self.unit_done)
         self.l0a.first_use(score, qa)
         self.l0a.last_use(score, qa)
         self.l0b.first_use(score, kb)
@@ -395,12 +429,10 @@ class _AttentionCore:
         elements = rows * cols
         score_bytes = elements * s.element_bytes
         block = _Block(k0, cols, v_slot, s_slot)
-        softmax_class = OPS["softmax"].cost_class
+        masked = s.causal and k1 - 1 > unit.q0 % s.keys  # past some query's position
         if self.in_registers:
-            softmax = self._vector(
-                f"softmax k{k0}", 1, softmax_class, s.element_bytes, "L0C", score_bytes, score_bytes
-            )
-            self.l0c_s.first_use(softmax, s_slot)
+            opening, softmax = self._softmax(k0, masked, "L0C", score_bytes)
+            self.l0c_s.first_use(opening, s_slot)
             block.p_ready = core.new_flag(0, "data")
             softmax.signals(block.p_ready)
         else:
@@ -408,10 +440,8 @@ class _AttentionCore:
             self.l0c_s.first_use(drain, s_slot)
             self.l0c_s.last_use(drain, s_slot)
             ub_slot = self.ub_s.fill(drain)
-            softmax = self._vector(  # P overwrites S in place
-                f"softmax k{k0}", 1, softmax_class, s.element_bytes, "UB", score_bytes, score_bytes
-            )
-            self.ub_s.first_use(softmax, ub_slot)
+            opening, softmax = self._softmax(k0, masked, "UB", score_bytes)  # P overwrites S
+            self.ub_s.first_use(opening, ub_slot)
             softmax.signals(self.ub_s.done[ub_slot])
             p_out = core.emit(transfer("MTE3", f"move P k{k0}", "UB", "L1", score_bytes))
             self.from_ub += score_bytes
@@ -420,6 +450,20 @@ class _AttentionCore:
             block.p_slot = self.l1_p.fill(p_out)
         unit.holds_o = unit.holds_o or softmax
         return block
+
+    def _softmax(self, k0: int, masked: bool, level: str, nbytes: int) -> tuple[Draft, Draft]:
+        """The block's softmax at the softmax op's cost per score, after a pass that masks
+        the scores past each query's position where the block holds any; the first of them
+        and the softmax."""
+        width = self.s.element_bytes
+        mask = (
+            self._vector(f"mask k{k0}", 1, "elementwise", width, level, nbytes, nbytes)
+            if masked
+            else None
+        )
+        cost_class = OPS["softmax"].cost_class
+        softmax = self._vector(f"softmax k{k0}", 1, cost_class, width, level, nbytes, nbytes)
+        return mask or softmax, softmax
 
     def _output(self, unit: _Unit, block: _Block, index: int) -> None:
         """Stage two of a block: P·V, and the running O rescaled by the block's new row
@@ -487,6 +531,7 @@ class _AttentionCore:
             final.waits_for(unit.o_done)
             store = transfer("FIXPIPE", f"store {region}", "L0C", "HBM", nbytes, region)
             self.l0c_o.last_use(store, unit.o_slot)
+            store.signals(self.unit_done)
         else:  # the running O holds UB from the unit's first softmax to the store
             store = transfer("MTE3", f"store {region}", "UB", "HBM", nbytes, region)
             if unit.holds_o is not None:

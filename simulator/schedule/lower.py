@@ -70,13 +70,7 @@ def lower(workload: Workload, plan: Plan) -> Program:
     ]
     roles.update((w.name, ("intermediate", w.nbytes)) for w in workspaces)
     refuse_if_over_capacity(workload, roles)
-    estimate = _matmul_instructions(workload, plan)
-    if estimate > MAX_INSTRUCTIONS:
-        raise TooLargeError(
-            f"{workload.source}: its matmul kernels alone would need about {estimate:,} "
-            f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in memory; use "
-            "larger base blocks or a smaller problem"
-        )
+    _refuse_if_too_large(workload, plan)
     lowered: list[KernelProgram] = []
     problems: list[str] = []
     chunks: dict = {}  # K chunks built so far, shared by matmuls of one shape and tiling
@@ -143,7 +137,6 @@ def lower_matmul(
     tensors = workload.tensors
     shape = gemm_shape(list(kernel.gemms), tensors)
     t = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
-    _refuse_if_too_large(kernel, shape, t, hw)
     cell_b, cell_m, cell_n = t.cell_extents(shape, hw.cube.fractal[shape.dtype])
     cells = []
     for cb in range(t.split_b):
@@ -209,11 +202,11 @@ def instruction_count(shape: MatmulShape, t: Tiling, epilogue_ops: int) -> int:
     return blocks * (k_blocks * (1 + 2 * g) + chunks * (1 + g) + g + 2 * epilogue_ops)
 
 
-def _matmul_instructions(workload: Workload, plan: Plan) -> int:
-    """About how many instructions the matmul kernels lower to, counted before any is built,
-    so that a run too large to hold is refused at once (a kernel whose tiling is wrong counts
-    none: lowering reports it)."""
-    total = 0
+def _refuse_if_too_large(workload: Workload, plan: Plan) -> None:
+    """Refused before any kernel is built: matmul kernels of more instructions in all than a
+    run can hold (counted from their tilings; a kernel whose tiling is wrong counts none, as
+    lowering reports it), naming the kernel if one alone is too large."""
+    counts = []
     for kernel in plan.kernels:
         if kernel.gemms and not kernel.attention:
             try:
@@ -222,18 +215,23 @@ def _matmul_instructions(workload: Workload, plan: Plan) -> int:
                 t = resolve_tiling(shape, tiling, workload.hardware, kernel.name)
             except TilingError:
                 continue
-            total += instruction_count(shape, t, len(kernel.epilogue))
-    return total
-
-
-def _refuse_if_too_large(kernel: Kernel, shape: MatmulShape, t: Tiling, hw: Hardware) -> None:
-    count = instruction_count(shape, t, len(kernel.epilogue))
+            counts.append((instruction_count(shape, t, len(kernel.epilogue)), kernel, t))
+    total = sum(count for count, _, _ in counts)
+    if total <= MAX_INSTRUCTIONS:
+        return
+    count, kernel, t = max(counts, key=lambda c: c[0])
     if count > MAX_INSTRUCTIONS:
         raise TooLargeError(
-            f"{kernel.gemms[0].path}: kernel '{kernel.name}' would need about {count:,} "
-            f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in memory; use "
-            f"larger base blocks (now {t.base_m}x{t.base_n}x{t.base_k}) or a smaller problem"
+            f"{workload.source}: {kernel.gemms[0].path}: kernel '{kernel.name}' would need "
+            f"about {count:,} instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold "
+            f"in memory; use larger base blocks (now {t.base_m}x{t.base_n}x{t.base_k}) or a "
+            "smaller problem"
         )
+    raise TooLargeError(
+        f"{workload.source}: its matmul kernels would need about {total:,} instructions in "
+        f"all, more than the {MAX_INSTRUCTIONS:,} a run can hold in memory; use larger base "
+        "blocks or a smaller problem"
+    )
 
 
 class _MatmulCore:
