@@ -49,7 +49,6 @@ def lower_combine(
         for b, r0 in units[index :: hw.cores]:
             r1 = min(queries, r0 + rows_per_block)
             rows = r1 - r0
-            fold = None
             for split in range(splits):
                 region = operand_region(
                     partials.name, partials.shape, False, b * splits + split, (r0, r1), (0, width)
