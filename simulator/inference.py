@@ -251,8 +251,7 @@ def infer(
             raise TooLargeError(
                 f"{exc}\n{model.name}'s {step.phase} of {batch} x {step.new_tokens} tokens is "
                 f"simulated {layers} layer{'s' * (layers != 1)} at a time, which is too "
-                "large for one run: use a "
-                "shorter --prompt or a smaller --batch"
+                "large for one run: use a shorter --prompt or a smaller --batch"
             ) from None
 
     def whole(step: Step) -> StepTime:
@@ -315,7 +314,7 @@ def _whole_model_step(
             if exact or count != first or count == 1:
                 raise
             count = 1  # the first layers at once are too large for a run: one, and its repeats
-            report = run(step, count)
+            continue
         parts = _parts(report)
         if count in (1, model.layers):
             break
