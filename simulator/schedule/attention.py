@@ -165,6 +165,10 @@ def attention_workspace(kernel: Kernel, workload: Workload) -> Tensor | None:
         splits = attention_splits(s, hw, *attention_blocks(s, hw))
     except TilingError:
         return None
+    return _partials(kernel, s, splits)
+
+
+def _partials(kernel: Kernel, s: AttentionShape, splits: int) -> Tensor | None:
     if splits == 1:
         return None
     shape = (s.batch * splits, s.queries, s.head_dim + 1)
@@ -176,8 +180,12 @@ def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> tuple[K
     shape = attention_shape(kernel, workload)
     block_q, block_kv = attention_blocks(shape, hw)
     splits = attention_splits(shape, hw, block_q, block_kv)
-    partials = attention_workspace(kernel, workload)
-    _refuse_if_too_large(kernel, shape, hw, block_q, block_kv)
+    partials = _partials(kernel, shape, splits)
+    key_blocks = {  # per query block, the key blocks its queries see
+        q0: -(-keys_seen(shape, q0, min(shape.queries, q0 + block_q)) // block_kv)
+        for q0 in range(0, shape.queries, block_q)
+    }
+    _refuse_if_too_large(kernel, shape, hw, block_q, block_kv, key_blocks)
     blocks = -(-shape.keys // block_kv)
     chunk = block_kv * -(-blocks // splits)  # keys per chunk of split keys
     units = [
@@ -189,7 +197,7 @@ def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> tuple[K
     cores = []
     flops = vector_work = 0.0
     from_ub = 0
-    for dealt in _deal(units, shape, hw, block_q, block_kv):
+    for dealt in _deal(units, shape, hw, key_blocks):
         builder = _AttentionCore(kernel, workload, hw, shape, block_q, block_kv)
         for b, q0, split in dealt:
             if partials is None:
@@ -228,19 +236,16 @@ def lower_attention(kernel: Kernel, workload: Workload, hw: Hardware) -> tuple[K
 
 
 def _deal(
-    units: list[tuple[int, int, int]], s: AttentionShape, hw: Hardware, block_q: int, block_kv: int
+    units: list[tuple[int, int, int]], s: AttentionShape, hw: Hardware, work: dict[int, int]
 ) -> list[list[tuple[int, int, int]]]:
     """The units each core runs, as FlashAttention-3's longest-first scheduler orders them:
     the batches (sequence, key/value head) in sections whose K and V fit in L2 together, and
-    within a section the units with the most key blocks first (causal: the last queries); each
-    unit in turn goes to the core with the least work so far (the lowest-numbered among
-    equals), as a free core takes the next. Units of equal work are dealt in turn."""
+    within a section the units with the most key blocks (`work`, per query block) first
+    (causal: the last queries); each unit in turn goes to the core with the least work so
+    far (the lowest-numbered among equals), as a free core takes the next. Units of equal
+    work are dealt in turn."""
     kv_bytes = 2 * s.keys * s.head_dim * s.element_bytes
     section = max(1, hw.memories["L2"].capacity_bytes // kv_bytes)
-    work = {
-        q0: -(-keys_seen(s, q0, min(s.queries, q0 + block_q)) // block_kv)
-        for q0 in range(0, s.queries, block_q)
-    }
     loads = [(0, core) for core in range(min(hw.cores, len(units)))]
     dealt: list[list[tuple[int, int, int]]] = [[] for _ in loads]
     for unit in sorted(units, key=lambda u: (u[0] // section, -work[u[1]], u[0])):
@@ -251,14 +256,18 @@ def _deal(
 
 
 def _refuse_if_too_large(
-    kernel: Kernel, s: AttentionShape, hw: Hardware, block_q: int, block_kv: int
+    kernel: Kernel,
+    s: AttentionShape,
+    hw: Hardware,
+    block_q: int,
+    block_kv: int,
+    key_blocks: dict[int, int],
 ) -> None:
     """Refused before it is built: a kernel of more instructions than a run can hold (per
     key/value block 9 in the registers, 13 through UB; 3 more per unit)."""
     per_block = 9 if hw.epilogue_in_registers else 13
-    starts = range(0, s.queries, block_q)
-    blocks = sum(-(-keys_seen(s, q0, min(s.queries, q0 + block_q)) // block_kv) for q0 in starts)
-    count = s.batch * (per_block * blocks + 3 * len(starts))
+    blocks = sum(key_blocks.values())
+    count = s.batch * (per_block * blocks + 3 * len(key_blocks))
     if count > MAX_INSTRUCTIONS:
         raise TooLargeError(
             f"{kernel.ops[0].path}: fused attention kernel '{kernel.name}' would need about "
