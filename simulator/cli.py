@@ -10,6 +10,7 @@ import io
 import json
 import os
 import re
+import signal
 import sys
 from pathlib import Path
 
@@ -26,6 +27,7 @@ from .outputs import (
     write_json,
 )
 from .sweep import FIGURES, PLOTTABLE
+from .workers import Stopped, stopping_on_sigterm
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
             "tune": _tune,
             "infer": _infer,
         }
-        with gc_paused():
+        # `kill` stops a run as Ctrl-C does: its workers and temporary files go with it
+        with gc_paused(), stopping_on_sigterm():
             return commands[args.command](args)
     except SimulatorError as exc:
         lines = str(exc).split("\n") if str(exc) else [type(exc).__name__]
@@ -49,9 +52,10 @@ def main(argv: list[str] | None = None) -> int:
         if len(lines) > MAX_ERROR_LINES:
             print(f"error: ... and {len(lines) - MAX_ERROR_LINES:,} more problems", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        print(f"interrupted ({signal.Signals(signum).name})", file=sys.stderr)
+        return 128 + signum
     except BrokenPipeError:
         # the reader of our output went away (`| head`): stop quietly, as Unix tools do
         _discard_stdout()
@@ -82,10 +86,10 @@ def _run(args) -> int:
 
     outputs = {}
     if args.json and args.json != "-":
-        outputs["json"] = Output("--json", Path(args.json), "json")
+        outputs["json"] = Output("--json", Path(args.json), "json", args.force)
     if args.trace:
-        outputs["trace"] = Output("--trace", Path(args.trace), "json")
-    check_outputs(list(outputs.values()), args.force, (args.workload,))
+        outputs["trace"] = Output("--trace", Path(args.trace), "json", args.force)
+    check_outputs(list(outputs.values()), (args.workload,))
     if args.plot:  # matplotlib only when plots are asked for: it is slow to import
         from .viz.plots import PLOT_FILES, write_plots
 
@@ -107,7 +111,7 @@ def _run(args) -> int:
         paths = write_plots(
             report,
             args.plot,
-            lambda path, draw: write_atomically(Output("--plot", path, "png"), draw),
+            lambda path, draw: write_atomically(Output("--plot", path, "png", args.force), draw),
         )
         notes.append("plots written: " + ", ".join(str(p) for p in paths))
     for note in notes:
@@ -133,24 +137,29 @@ def _infer(args) -> int:
 
     from .config.hardware import load_hardware
     from .config.model import load_model
-    from .config.strict import HARDWARE_PREFIX, parse_override
-    from .inference import infer
+    from .config.strict import HARDWARE_PREFIX, parse_overrides
+    from .inference import WORK_LIMIT_LAYER_STEPS, infer
 
-    out = Output("--json", Path(args.json), "json") if args.json and args.json != "-" else None
-    check_outputs([out] if out else [], args.force, (args.model,))
-    pairs = [parse_override(text) for text in args.overrides]
+    out = (
+        Output("--json", Path(args.json), "json", args.force)
+        if args.json and args.json != "-"
+        else None
+    )
+    pairs = parse_overrides(args.overrides, "--set")
     hardware = load_hardware(
         args.hardware,
         [(p[len(HARDWARE_PREFIX) :], v) for p, v in pairs if p.startswith(HARDWARE_PREFIX)],
     )
     model = load_model(args.model, [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)])
+    check_outputs([out] if out else [], (model.source, hardware.source))
     tty = sys.stderr.isatty()
     bar = tqdm(desc=f"infer {model.name}", unit="step", leave=False) if tty else None
 
-    def on_step(what: str) -> None:
-        if bar:
+    def on_step(what: str, step: int, steps: int) -> None:
+        if bar is not None:
+            bar.total = steps
             bar.set_postfix_str(what)
-            bar.update()
+            bar.update(step - 1 - bar.n)  # the steps before this one are done
 
     try:
         report = infer(
@@ -164,12 +173,13 @@ def _infer(args) -> int:
             chips=args.chips,
             exact=args.exact,
             on_step=on_step,
+            work_limit=None if args.yes else WORK_LIMIT_LAYER_STEPS,
         )
     finally:
-        if bar:
+        if bar is not None:
             bar.close()
     if args.json == "-":
-        print(json.dumps(report.to_dict(), indent=2))
+        print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
     else:
         print(report.summary())
     if out:
@@ -249,12 +259,16 @@ def _compare(args) -> int:
     from .pipeline import compare
     from .viz.compare import render_compare
 
-    out = Output("--json", Path(args.json), "json") if args.json and args.json != "-" else None
-    check_outputs([out] if out else [], args.force, (args.workload,))
+    out = (
+        Output("--json", Path(args.json), "json", args.force)
+        if args.json and args.json != "-"
+        else None
+    )
+    check_outputs([out] if out else [], (args.workload,))
     variants, common = variants_from(args.overrides, args.variant)
     result = compare(args.workload, variants, common, args.max_cycles)
     if args.json == "-":
-        print(json.dumps(result, indent=2))
+        print(json.dumps(result, indent=2, allow_nan=False))
         return 0
     print(render_compare(result))
     if out:
@@ -296,10 +310,12 @@ def _sweep(args) -> int:
         )
     if (args.executor == "dask") != bool(args.scheduler):
         raise SimulatorError("--executor dask and --scheduler ADDRESS go together")
-    csv_out = Output("--csv", Path(args.csv or f"{Path(args.workload).stem}-sweep.csv"), "csv")
-    json_out = Output("--json", Path(args.json), "json") if args.json else None
-    plot_out = Output("--plot", Path(args.plot), "png") if args.plot else None
-    check_outputs([o for o in (csv_out, json_out, plot_out) if o], args.force, (args.workload,))
+    csv_out = Output(
+        "--csv", Path(args.csv or f"{Path(args.workload).stem}-sweep.csv"), "csv", args.force
+    )
+    json_out = Output("--json", Path(args.json), "json", args.force) if args.json else None
+    plot_out = Output("--plot", Path(args.plot), "png", args.force) if args.plot else None
+    check_outputs([o for o in (csv_out, json_out, plot_out) if o], (args.workload,))
     load_workload(args.workload, args.overrides)  # fail fast on a broken base file
     check_grid(args.workload, grid, args.overrides)
     count = point_count(grid)
@@ -330,11 +346,12 @@ def _sweep(args) -> int:
         )
     except KeyboardInterrupt:
         print(
-            f"interrupted: the {saved.written:,} of {count:,} points that finished are in "
-            f"{csv_out.path}",
+            f"the {saved.written:,} of {count:,} points that finished are in {csv_out.path}"
+            if saved.written
+            else f"no point finished: nothing written to {csv_out.path}",
             file=sys.stderr,
         )
-        return 130
+        raise
     finally:
         saved.close()
     saved.finish(rows)
@@ -391,7 +408,7 @@ def _tune(args) -> int:
     from .search import tune
     from .viz.table import describe_tiling
 
-    out = Output("--write", Path(args.write), "yaml") if args.write else None
+    out = Output("--write", Path(args.write), "yaml", args.force) if args.write else None
     changed = [o for o in args.overrides if o.strip().startswith(HARDWARE_PREFIX)]
     if out and changed:
         raise SimulatorError(
@@ -401,7 +418,7 @@ def _tune(args) -> int:
             "hardware field (a path ending in .yaml)"
         )
     workload = load_workload(args.workload, args.overrides)
-    check_outputs([out] if out else [], args.force, (args.workload, workload.hardware.source))
+    check_outputs([out] if out else [], (args.workload, workload.hardware.source))
     started = time.perf_counter()
     matmuls = sum(1 for k in plan(workload).kernels if k.gemms and not k.attention)
     bar = (
@@ -414,10 +431,10 @@ def _tune(args) -> int:
             workload,
             top=args.top,
             workers=args.workers or os.cpu_count() or 1,
-            on_kernel=(lambda _: bar.update()) if bar else None,
+            on_kernel=(lambda _: bar.update()) if bar is not None else None,
         )
     finally:
-        if bar:
+        if bar is not None:
             bar.close()
     elapsed = time.perf_counter() - started
     us = 1e6 / workload.hardware.clock_hz

@@ -132,6 +132,11 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument(
         "--exact", action="store_true", help="simulate every layer of every decode step"
     )
+    infer.add_argument(
+        "--yes",
+        action="store_true",
+        help="run a request of more than 2,000 simulated layer-steps without asking",
+    )
     _overrides(
         infer,
         "change a model field (num_key_value_heads=8) or, prefixed with hardware., a "

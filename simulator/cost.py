@@ -22,7 +22,8 @@ change to a mechanism is made here and reaches all of them.
   a Cube call:   the Cube's pipeline fill, then one fractal step per cycle, partial
                  fractals padded;
   a vector op:   the unit's start-up, then elements × the widest operand's bytes × the
-                 op class's cost factor at the unit's rate;
+                 op class's cost factor at the unit's rate; a row-wise op over a row longer
+                 than UB holds: two passes over the row's chunks, its cost split between them;
   a launch:      the host issues kernels one launch overhead apart (all at once after one
                  with graph launch) while the device runs the earlier ones, and a kernel starts
                  its device gap after the one before it ends, or when issued if that is later;
@@ -183,12 +184,25 @@ def cube_call_cycles(cube: Cube, m: int, n: int, k: int, fractal: tuple[int, int
     return cube.latency_cycles + fractal_steps(m, n, k, fractal)
 
 
-def vector_op_cycles(vector: Vector, elements: int, widest_bytes: int, cost_class: str) -> int:
+def vector_op_cycles(
+    vector: Vector, elements: int, widest_bytes: int, cost_class: str, factor: float | None = None
+) -> int:
     """One vector instruction over `elements` values whose widest operand has
-    `widest_bytes` per value."""
+    `widest_bytes` per value, at its class's cost factor (or `factor`, a pass's part of it)."""
+    factor = vector.cost_factor[cost_class] if factor is None else factor
     return vector.latency_cycles + math.ceil(
-        elements * widest_bytes * vector.cost_factor[cost_class] / vector.bytes_per_cycle
+        elements * widest_bytes * factor / vector.bytes_per_cycle
     )
+
+
+def row_pass_factors(vector: Vector, cost_class: str) -> tuple[float, float]:
+    """A row-wise op over a row too long for UB runs in two passes over the row's chunks, as
+    long-row norm and softmax kernels do: the statistics (a sum, a maximum), then applying
+    them. The vector work is the op's own, split between the passes: the applying pass one
+    elementwise pass, the statistics the rest; what the split adds is reading the row twice."""
+    whole = vector.cost_factor[cost_class]
+    apply = min(whole, vector.cost_factor["elementwise"])
+    return whole - apply, apply
 
 
 def vector_work(

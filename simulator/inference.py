@@ -22,17 +22,18 @@ both, and `exact=True` turns them off:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from .config.hardware import Hardware
-from .config.model import ModelConfig, kv_cache_bytes, shard
+from .config.hardware import Hardware, load_hardware
+from .config.model import ModelConfig, kv_cache_bytes, load_model, shard
 from .config.transformer import (
-    EXPERT_SLOT,
+    EXPERTS,
     WEIGHT_DTYPES,
     Step,
-    active_experts,
+    expert_rows,
     layer_and_role,
+    routing,
     step_workload,
 )
 from .errors import ConfigError, InvariantError, SimulatorError, TooLargeError, check_count
@@ -40,7 +41,7 @@ from .pipeline import plan_kernels, simulate
 from .report import SimulationReport
 from .schedule.footprint import RESIDENT_ROLES, tensor_roles
 from .units import format_bytes_decimal as fmt_bytes
-from .version import format_mark
+from .version import __version__, format_mark
 
 # The classes a step's time is broken down into: each kernel's time after its launch goes to
 # the class of the work it does; the launch waits are their own class.
@@ -53,6 +54,10 @@ DECODE_POINTS = 3
 PART_KEYS = ("cycles", "hbm_bytes", *TIME_CLASSES)  # summed per layer, with energy parts
 ENERGY = "energy:"  # the prefix of a part's joules by where they went (EnergyRecord.parts)
 MAX_CHIPS = 64  # the largest tensor-parallel group a refusal suggests
+# A request runs this many simulated layer-steps without asking (the CLI's --yes lifts it):
+# 2,000 is about 10 minutes at decode on a 2-core machine, while the default request (a
+# prefill and three decode steps of four layers) is 16
+WORK_LIMIT_LAYER_STEPS = 2_000
 ACTIVATION_BYTES = 2  # fp16 activations cross the links
 
 
@@ -107,10 +112,14 @@ class InferenceReport:
     weights: str
     chips: int  # in tensor parallel; times are the group's, the footprint one chip's
     prefill: StepTime
-    decode: tuple[StepTime, ...]  # one per decode step, in order
+    # the decode steps simulated, by context: the first and the last of the request's, and
+    # (unless every one is) some between; the steps between two are taken on the line
+    # between them (decode_sum), so a long generation holds no record per step
+    decode: tuple[StepTime, ...]
     footprint: Footprint
     method: str  # how much was simulated, and what was reused or interpolated
-    notes: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())  # what a reader must know to trust the figures
+    provenance: Mapping[str, Any] = field(default_factory=dict)  # what produced it: enough to rerun
 
     def us(self, cycles: float) -> float:
         return cycles / (self.clock_ghz * 1e3)
@@ -120,32 +129,61 @@ class InferenceReport:
         return self.us(self.prefill.cycles)
 
     @property
-    def tpot_us(self) -> dict[str, float]:
-        """Time per output token after the first: first, last and mean decode step."""
+    def decode_steps(self) -> int:
+        """Decode steps in the request: one per generated token after the first."""
+        return self.decode[-1].context - self.decode[0].context + 1 if self.decode else 0
+
+    def decode_sum(self, value: Callable[[StepTime], float]) -> float:
+        """`value` summed over every decode step, those between two simulated steps taken on
+        the line between them: a stretch of n steps from a (included) to b (not) sums to
+        n·a + (b − a)(n − 1)/2."""
+        total = 0.0
+        for a, b in zip(self.decode, self.decode[1:]):
+            n, first, after = b.context - a.context, value(a), value(b)
+            total += n * first + (after - first) * (n - 1) / 2
+        return total + (value(self.decode[-1]) if self.decode else 0.0)
+
+    @property
+    def tpot_us(self) -> dict[str, float] | None:
+        """Time per output token after the first: first, last and mean decode step (None: no
+        decode step, see `undefined`)."""
         if not self.decode:
-            return {"first": 0.0, "last": 0.0, "mean": 0.0}
-        times = [self.us(s.cycles) for s in self.decode]
-        return {"first": times[0], "last": times[-1], "mean": sum(times) / len(times)}
+            return None
+        return {
+            "first": self.us(self.decode[0].cycles),
+            "last": self.us(self.decode[-1].cycles),
+            "mean": self.us(self.decode_sum(lambda s: s.cycles) / self.decode_steps),
+        }
+
+    @property
+    def undefined(self) -> dict[str, str]:
+        """The figures this request does not define (null in the JSON), each with why."""
+        if self.decode:
+            return {}
+        why = f"no decode step: generate {self.generate} is the prefill alone"
+        return {"tpot_us": why, "tokens_per_s": why, "energy_j.per_token": why}
 
     @property
     def e2e_us(self) -> float:
-        return self.ttft_us + sum(self.us(s.cycles) for s in self.decode)
+        return self.ttft_us + self.us(self.decode_sum(lambda s: s.cycles))
 
     def energy_j(self) -> dict[str, Any] | None:
         """Joules of the whole group: the prefill, all decode steps, and per output token
         (a decode step's over the sequences it serves), that last also by where it went."""
         if self.prefill.energy is None or any(s.energy is None for s in self.decode):
             return None
-        per_token: dict[str, float] = {}
-        for step in self.decode:
-            for part, joules in (step.energy or {}).items():
-                per_token[part] = per_token.get(part, 0.0) + joules * self.chips / self.batch
-        steps = max(len(self.decode), 1)
+        parts = self.decode[0].energy or {} if self.decode else {}
+        per_token = {  # every step's joules of the group, per sequence it serves
+            part: self.decode_sum(_energy_part(part)) * self.chips / self.batch for part in parts
+        }
+        steps = self.decode_steps
         return {
             "prefill": sum(self.prefill.energy.values()) * self.chips,
             "decode": sum(per_token.values()) * self.batch,
-            "per_token": sum(per_token.values()) / steps,
-            "per_token_by_part": {part: j / steps for part, j in per_token.items()},
+            "per_token": sum(per_token.values()) / steps if steps else None,
+            "per_token_by_part": {part: j / steps for part, j in per_token.items()}
+            if steps
+            else None,
         }
 
     def summary(self) -> str:
@@ -154,7 +192,7 @@ class InferenceReport:
         return render_inference(self.to_dict())
 
     def to_dict(self) -> dict[str, Any]:
-        decode_cycles = sum(s.cycles for s in self.decode)
+        decode_cycles = self.decode_sum(lambda s: s.cycles)
         tpot = self.tpot_us
         return {
             "format": format_mark("inference"),
@@ -168,17 +206,15 @@ class InferenceReport:
             "chips": self.chips,
             "ttft_us": self.ttft_us,
             "tpot_us": tpot,
-            "tokens_per_s": self.batch * 1e6 / tpot["mean"] if tpot["mean"] else 0.0,
+            "tokens_per_s": None if tpot is None else self.batch * 1e6 / tpot["mean"],
             "e2e_us": self.e2e_us,
             "breakdown_us": {
                 "prefill": {c: self.us(v) for c, v in self.prefill.by_class_cycles.items()},
-                "decode": {
-                    c: self.us(sum(s.by_class_cycles[c] for s in self.decode)) for c in TIME_CLASSES
-                },
+                "decode": {c: self.us(self.decode_sum(_class_cycles(c))) for c in TIME_CLASSES},
             },
             "hbm_bytes_per_token": self.chips  # every chip of the group reads its share
             * (
-                sum(s.hbm_bytes for s in self.decode) / len(self.decode) / self.batch
+                self.decode_sum(lambda s: s.hbm_bytes) / self.decode_steps / self.batch
                 if self.decode
                 else self.prefill.hbm_bytes / (self.batch * self.prompt)
             ),
@@ -196,12 +232,23 @@ class InferenceReport:
                 if s.layers_simulated
             ],
             "method": self.method,
+            "notes": list(self.notes),
+            "undefined": self.undefined,
+            "provenance": dict(self.provenance),
         }
 
 
+def _class_cycles(name: str) -> Callable[[StepTime], float]:
+    return lambda step: step.by_class_cycles[name]
+
+
+def _energy_part(name: str) -> Callable[[StepTime], float]:
+    return lambda step: (step.energy or {})[name]
+
+
 def infer(
-    model: ModelConfig,
-    hardware: Hardware,
+    model: ModelConfig | str,
+    hardware: Hardware | str = "ascend910",
     batch: int = 1,
     prompt: int = 128,
     generate: int = 128,
@@ -210,11 +257,29 @@ def infer(
     chips: int = 1,
     exact: bool = False,
     decode_points: int = DECODE_POINTS,
-    on_step: Callable[[str], None] | None = None,
+    on_step: Callable[[str, int, int], None] | None = None,
+    work_limit: int | None = WORK_LIMIT_LAYER_STEPS,
 ) -> InferenceReport:
     """Simulate one request of `batch` prompts of `prompt` tokens generating `generate`
-    tokens each, on `chips` chips in tensor parallel; `on_step` hears of each simulated step
-    (for a progress bar)."""
+    tokens each, on `chips` chips in tensor parallel. `model` and `hardware` are loaded
+    configs, or names (or paths) to load; `decode_points` is how many decode contexts are
+    simulated (at least the first and the last). `on_step(what, step, steps)` hears of each
+    step as its simulation starts (for a progress bar). A request of more than `work_limit`
+    layer-steps (layers simulated x steps; None: no limit) is refused before it starts."""
+    if isinstance(model, str):
+        model = load_model(model)
+    if isinstance(hardware, str):
+        hardware = load_hardware(hardware)
+    if not isinstance(model, ModelConfig) or not isinstance(hardware, Hardware):
+        raise TypeError(
+            "infer() takes a model (load_model(name) or its name) and hardware "
+            f"(load_hardware(name) or its name), got {type(model).__name__} and "
+            f"{type(hardware).__name__}"
+        )
+    if decode_points == 1 or (isinstance(decode_points, int) and decode_points < 1):
+        raise ValueError(
+            f"decode_points must be at least 2 (the first and last contexts), got {decode_points}"
+        )
     for name, value in (
         ("batch", batch),
         ("prompt", prompt),
@@ -243,8 +308,6 @@ def infer(
     part = shard(model, chips)
 
     def run(step: Step, layers: int) -> SimulationReport:
-        if on_step:
-            on_step(f"{step.phase} @ {step.context}: {layers} layers")
         try:
             return simulate(step_workload(part, hardware, step, layers, fusion, weights))
         except TooLargeError as exc:
@@ -254,22 +317,36 @@ def infer(
                 "large for one run: use a shorter --prompt or a smaller --batch"
             ) from None
 
-    def whole(step: Step) -> StepTime:
+    def whole(step: Step, index: int, planned: int) -> StepTime:
+        if on_step:
+            on_step(f"{step.phase} @ {step.context}", index, planned)
         return _with_communication(_whole_model_step(part, step, run, exact), part, hardware, step)
 
     prefill_step = Step("prefill", batch, prompt, prompt)
     footprint = _footprint(part, hardware, prefill_step, prompt + generate, fusion, weights)
     if footprint.total_bytes > footprint.hbm_capacity_bytes:
         _refuse(model, part, hardware, footprint, prefill_step, prompt + generate, fusion, weights)
-    prefill = whole(prefill_step)
-    contexts = [prompt + j for j in range(1, generate)]
-    sampled = contexts if exact else _spread(contexts, decode_points)
-    simulated = {c: whole(Step("decode", batch, 1, c)) for c in sampled}
-    decode = tuple(_interpolated(simulated, c) for c in contexts)
-    layers = sorted({s.layers_simulated for s in (prefill, *simulated.values())})
+    contexts = range(prompt + 1, prompt + generate)
+    sampled = list(contexts) if exact else _spread(contexts, decode_points)
+    planned = 1 + len(sampled)
+    layer_steps = planned * (model.layers if exact else min(model.layers, FIRST_LAYERS))
+    if work_limit is not None and layer_steps > work_limit:
+        raise SimulatorError(
+            f"this request simulates about {layer_steps:,} layer-steps ({planned:,} steps of "
+            f"{layer_steps // planned} layers), more than the {work_limit:,} a request runs "
+            "without asking (each takes from a fraction of a second to seconds); pass --yes "
+            "to run it"
+            + ("" if not exact else ", or drop --exact (a few layers at a few contexts)")
+        )
+    prefill = whole(prefill_step, 1, planned)
+    decode = tuple(
+        whole(Step("decode", batch, 1, c), 2 + i, planned) for i, c in enumerate(sampled)
+    )
+    layers = sorted({s.layers_simulated for s in (prefill, *decode)})
+    every = len(sampled) == len(contexts)
     method = (
         "every layer of every step simulated"
-        if exact or (layers == [model.layers] and len(sampled) == len(contexts))
+        if exact or (layers == [model.layers] and every)
         else (
             f"layers simulated per step: {', '.join(map(str, layers))} of {model.layers} "
             "(the rest repeat the one before the last, which took the same cycles and bytes "
@@ -280,10 +357,21 @@ def infer(
                 if 1 in layers and model.layers > 1
                 else ""
             )
-            + f"); decode simulated at {len(sampled)} of {len(contexts)} "
-            f"contexts ({', '.join(map(str, sampled))}), interpolated between them"
+            + (
+                f"); decode simulated at each of its {len(contexts)} contexts"
+                if every
+                else f"); decode simulated at {len(sampled)} of {len(contexts):,} contexts "
+                f"({', '.join(map(str, sampled))}), interpolated between them"
+            )
         )
     )
+    notes = []
+    if model.experts > 1:  # say how the tokens were taken to reach the experts
+        routed = [prefill_step, *([Step("decode", batch, 1, prompt + 1)] if generate > 1 else [])]
+        notes.append(
+            "mixture of experts, routing taken as even: "
+            + "; ".join(routing(part, step) for step in routed)
+        )
     return InferenceReport(
         model.name,
         hardware.name,
@@ -298,6 +386,25 @@ def infer(
         decode,
         footprint,
         method,
+        tuple(notes),
+        {
+            "simulator_version": __version__,
+            "model_file": model.source,
+            "model": asdict(model),
+            "hardware_file": hardware.source,
+            "hardware": hardware.to_dict(),
+            "overrides": [*model.overrides, *hardware.overrides],
+            "options": {
+                "batch": batch,
+                "prompt": prompt,
+                "generate": generate,
+                "fusion": fusion,
+                "weights": weights,
+                "chips": chips,
+                "exact": exact,
+                "decode_points": decode_points,
+            },
+        },
     )
 
 
@@ -376,36 +483,11 @@ def _time_class(ops: tuple[str, ...]) -> str:
     return "other"
 
 
-def _spread(contexts: list[int], points: int) -> list[int]:
-    """`points` contexts spread evenly over the list, its first and last among them."""
+def _spread(contexts: range, points: int) -> list[int]:
+    """`points` contexts spread evenly over the range, its first and last among them."""
     if len(contexts) <= points:
-        return contexts
+        return list(contexts)
     return sorted({contexts[round(i * (len(contexts) - 1) / (points - 1))] for i in range(points)})
-
-
-def _interpolated(simulated: Mapping[int, StepTime], context: int) -> StepTime:
-    """The decode step at `context`: simulated, or linear between the nearest simulated."""
-    if context in simulated:
-        return simulated[context]
-    below = max(c for c in simulated if c < context)
-    above = min(c for c in simulated if c > context)
-    a, b = simulated[below], simulated[above]
-    w = (context - below) / (above - below)
-
-    def mix(x: float, y: float) -> float:
-        return x + w * (y - x)
-
-    return StepTime(
-        "decode",
-        context,
-        mix(a.cycles, b.cycles),
-        {c: mix(a.by_class_cycles[c], b.by_class_cycles[c]) for c in TIME_CLASSES},
-        mix(a.hbm_bytes, b.hbm_bytes),
-        0,
-        None
-        if a.energy is None or b.energy is None
-        else {k: mix(v, b.energy[k]) for k, v in a.energy.items()},
-    )
 
 
 def _footprint(
@@ -417,7 +499,7 @@ def _footprint(
     what a fused kernel keeps on chip, fused attention's scores among them, takes none)."""
     workload = step_workload(model, hardware, prefill, 1, fusion, weights)
     roles = tensor_roles(workload, plan_kernels(workload))
-    all_experts = model.experts / active_experts(model, prefill)  # the step reads the active
+    all_experts = model.experts / expert_rows(model, prefill)[0]  # the step reads the active
     layer_weights = outside = activations = 0.0
     for tensor in workload.tensors.values():
         layer, role = layer_and_role(tensor.name)
@@ -427,7 +509,7 @@ def _footprint(
         elif layer is None:
             outside += tensor.nbytes
         else:
-            layer_weights += tensor.nbytes * (all_experts if role.startswith(EXPERT_SLOT) else 1)
+            layer_weights += tensor.nbytes * (all_experts if role.startswith(EXPERTS) else 1)
     return Footprint(
         round(layer_weights * model.layers + outside),
         kv_cache_bytes(model, prefill.batch * longest, 2),

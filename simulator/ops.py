@@ -196,6 +196,31 @@ def _elementwise(op: str):
     return infer
 
 
+def causal_queries(rows: int, keys: int, attrs: dict) -> int:
+    """The queries of one sequence in a causal softmax's rows: the `queries` attribute, or
+    all rows when they are no more than the keys, or the keys when the rows stack whole
+    groups of them (grouped query heads). Row r sits at position keys - queries + r mod
+    queries: the last query sees every key (a prompt after earlier chunks, or the tokens a
+    speculative step verifies)."""
+    return attrs.get("queries") or (rows if rows <= keys else keys)
+
+
+def _softmax(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
+    shape, dtype = _elementwise("softmax")(operands, attrs)
+    if attrs.get("causal") or attrs.get("queries"):
+        rows, keys = (shape[-2] if len(shape) > 1 else 1), shape[-1]
+        queries = causal_queries(rows, keys, attrs)
+        if not attrs.get("causal"):
+            raise ValueError("attribute queries: only a causal softmax places its queries")
+        if queries > keys or rows % queries:
+            raise ValueError(
+                f"causal softmax of {operands[0].name} {list(shape)}: {rows} rows of "
+                f"{keys} keys must be whole groups of one sequence's queries, at most one "
+                f"per key (queries {queries}); set the attribute queries"
+            )
+    return shape, dtype
+
+
 def _bias_add(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
     x, bias = operands
     if len(bias.shape) != 1 or bias.shape[0] != x.shape[-1]:
@@ -276,7 +301,7 @@ def _slice(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
 
 def _gather(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
     x, rows = operands[0], attrs["rows"]
-    if len(x.shape) != 2 or rows > x.shape[0]:
+    if len(x.shape) != 2:
         raise ValueError(
             f"gather takes rows of a 2-D table: {rows} rows of {x.name} {list(x.shape)}"
         )
@@ -287,6 +312,10 @@ def _index(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(f"expected a whole number of at least 0, got {value!r}")
     return value
+
+
+def _optional_positive(value: Any) -> int | None:
+    return None if value is None else _positive(value)
 
 
 def _positive(value: Any) -> int:
@@ -341,17 +370,17 @@ OPS: dict[str, OpSpec] = {
         # (a row of head_dim per position, small beside x): two multiplies and an add
         OpSpec("rope", "vector", (1, 1), "elementwise", 3, _elementwise("rope")),
         # max, subtract, exp, sum, divide along the row
-        # causal: row r of each batch attends to columns up to r mod N (its own position
-        # among N keys): an unfused kernel still computes and masks the whole row
+        # causal: each row attends to the keys up to its own position (causal_queries): an
+        # unfused kernel still computes and masks the whole row
         OpSpec(
             "softmax",
             "vector",
             (1, 1),
             "transcendental",
             5,
-            _elementwise("softmax"),
+            _softmax,
             rowwise=True,
-            attrs={"causal": (_bool, False)},
+            attrs={"causal": (_bool, False), "queries": (_optional_positive, None)},
         ),
         # mean, variance, normalise, scale, shift
         OpSpec("layernorm", "vector", (3, 3), "reduction", 8, _norm("layernorm"), rowwise=True),
@@ -376,8 +405,10 @@ OPS: dict[str, OpSpec] = {
             attrs={"to": (_dtype, "fp16")},
         ),
         OpSpec("cast", "vector", (1, 1), "elementwise", 0, _cast, attrs={"to": (_dtype, None)}),
-        # rows of a table by index (an embedding lookup, a sequence's last token): the
-        # indices are data, so the model reads the table's first `rows` rows, the same bytes
+        # rows of a table by index (an embedding lookup, a sequence's last token, tokens sent
+        # to their experts): the indices are data, so the model reads the table's rows from
+        # `start` on, the same bytes, wrapping past its last row (more rows than the table
+        # has: indices repeat, as a batch's tokens repeat vocabulary entries)
         OpSpec(
             "gather",
             "vector",
@@ -386,7 +417,7 @@ OPS: dict[str, OpSpec] = {
             0,
             _gather,
             gathers=True,
-            attrs={"rows": (_positive, None)},
+            attrs={"rows": (_positive, None), "start": (_index, 0)},
         ),
         # a copy into a contiguous tensor (what `strided: copy` puts after a slice)
         OpSpec("copy", "vector", (1, 1), "elementwise", 0, _elementwise("copy")),

@@ -46,14 +46,15 @@ class Output:
     option: str
     path: Path
     kind: str  # json | png | csv | yaml (a kind whose files are never ours)
+    force: bool = False  # --force: a file there that is not ours may be replaced
 
     def fail(self, problem: str) -> SimulatorError:
         return SimulatorError(printable(f"{self.option} {self.path}: {problem}"))
 
 
-def check_outputs(outputs: list[Output], force: bool, inputs: tuple[str, ...] = ()) -> None:
-    """Refuse, before any work, every output that could not be written or would overwrite a
-    file that is not ours (unless `force`)."""
+def check_outputs(outputs: list[Output], inputs: tuple[str | Path, ...] = ()) -> None:
+    """Refuse, before any work, every output that could not be written, would replace an
+    input (even with --force) or a file that is not ours (unless forced)."""
     seen: dict[Path, Output] = {}
     sources = {real_path(p) for p in inputs}
     for out in outputs:
@@ -63,10 +64,10 @@ def check_outputs(outputs: list[Output], force: bool, inputs: tuple[str, ...] = 
         seen[where] = out
         if where in sources:
             raise out.fail("that is an input file; write the output to a new file")
-        check_output(out, force)
+        check_output(out)
 
 
-def check_output(out: Output, force: bool) -> None:
+def check_output(out: Output) -> None:
     suffixes = SUFFIXES[out.kind]
     if out.path.suffix.lower() not in suffixes:
         raise out.fail(f"the file name must end in {' or '.join(suffixes)}")
@@ -80,7 +81,7 @@ def check_output(out: Output, force: bool) -> None:
     if info is not None:
         if not stat.S_ISREG(info.st_mode):
             raise out.fail("exists and is not a regular file")
-        if not force and not is_ours(out.path, out.kind):
+        if not out.force and not is_ours(out.path, out.kind):
             raise out.fail(
                 "the file exists and was not written by this simulator; choose "
                 "another name or pass --force to overwrite it"
@@ -95,7 +96,7 @@ def check_plot_folder(
 ) -> None:
     """`run --plot DIR`: the folder may exist or be created in an existing parent; each PNG
     it would hold is checked as an output of its own. It may not be the file of `others`."""
-    whole = Output(option, folder, "png")
+    whole = Output(option, folder, "png", force)
     for other in others:
         if real_path(other.path) == real_path(folder):
             raise whole.fail(f"is also the file of {other.option}; give each its own name")
@@ -108,7 +109,7 @@ def check_plot_folder(
         raise whole.fail("is a file, not a folder")
     else:
         for name in names:
-            check_output(Output(option, folder / name, "png"), force)
+            check_output(Output(option, folder / name, "png", force))
 
 
 def _status(out: Output, path: Path) -> os.stat_result | None:
@@ -189,12 +190,36 @@ def write_atomically(out: Output, write: Callable[[Path], Any]) -> None:
     temporary = _temporary(out)
     try:
         write(temporary)
-        os.replace(temporary, out.path)
+        _put_in_place(temporary, out)
     except OSError as exc:
         raise out.fail(f"cannot be written: {exc.strerror or exc}") from None
     finally:
         if os.path.exists(temporary):
             os.unlink(temporary)
+
+
+def _put_in_place(temporary: Path, out: Output) -> None:
+    """Move a finished file to its output path. The path was checked before the run; a file
+    another program put there since is replaced only when it is ours or forced, and a path
+    still free is taken with a hard link, which fails rather than replace a file created in
+    the instant between the look and the move."""
+    if not os.path.lexists(out.path):
+        try:
+            os.link(temporary, out.path, follow_symlinks=False)
+        except FileExistsError:
+            pass  # it appeared just now: judged below, as any file found there
+        except OSError:  # a file system without hard links: the rename is the best there is
+            os.replace(temporary, out.path)
+            return
+        else:
+            os.unlink(temporary)
+            return
+    if not out.force and not is_ours(out.path, out.kind):
+        raise out.fail(
+            "a file appeared there while the run was going, and it was not written by this "
+            "simulator; it is left as it is: choose another name or pass --force"
+        )
+    os.replace(temporary, out.path)
 
 
 def _temporary(out: Output) -> Path:
@@ -219,7 +244,7 @@ def _umask() -> int:
 
 def write_json(out: Output, kind: str, data: dict) -> None:
     """A JSON output with our mark first."""
-    text = json.dumps({"format": format_mark(kind), **data}, indent=2) + "\n"
+    text = json.dumps({"format": format_mark(kind), **data}, indent=2, allow_nan=False) + "\n"
     write_atomically(out, lambda path: path.write_text(text, encoding="utf-8"))
 
 
@@ -243,7 +268,11 @@ class CsvRows:
             handle = self.handle = open(temporary, "w", newline="", encoding="utf-8")  # noqa: SIM115
             self.writer = csv.DictWriter(handle, fieldnames=self.columns)
             self.writer.writeheader()
-            os.replace(temporary, self.out.path)
+            try:
+                _put_in_place(temporary, self.out)
+            finally:
+                if os.path.exists(temporary):
+                    os.unlink(temporary)
         self.writer.writerow(_cells(row))
         handle.flush()
         self.written += 1

@@ -7,9 +7,9 @@ from typing import Any
 
 from .analysis.records import Provenance
 from .analysis.report import analyse
-from .config.workload import Workload
+from .config.workload import Workload, check_workload
 from .engine.world import simulate_program
-from .errors import check_count
+from .errors import check_count, quote
 from .report import SimulationReport
 from .schedule.fusion import plan_kernels
 from .schedule.lower import lower
@@ -28,10 +28,7 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> SimulationRep
     bound plus 10 million cycles), so a schedule that never finishes cannot hang."""
     from .analysis.roofline import roofline
 
-    if not isinstance(workload, Workload):
-        raise TypeError(
-            f"simulate() takes a Workload (load_workload(path)), got {type(workload).__name__}"
-        )
+    check_workload("simulate", workload)
     check_count("max_cycles", max_cycles, optional=True)
 
     program = lower_workload(workload)
@@ -62,6 +59,7 @@ def _provenance(workload: Workload, version: str) -> Provenance:
 
 def plan(workload: Workload):
     """The kernels the fusion pass forms, with the reason for every op left unfused."""
+    check_workload("plan", workload)
     return plan_kernels(workload)
 
 
@@ -77,8 +75,15 @@ def compare(
     speedup is the first variant's time over that variant's time."""
     from .config.workload import load_workload
 
-    if not variants:
-        raise ValueError("compare() needs at least one variant: (label, overrides)")
+    if (
+        not isinstance(variants, (list, tuple))
+        or not variants
+        or not all(isinstance(v, (list, tuple)) and len(v) == 2 for v in variants)
+    ):
+        raise ValueError(
+            "compare() takes at least one variant, each (label, [overrides]), in a list, got "
+            f"{quote(variants)}"
+        )
     workloads = [
         (label, overrides, load_workload(path, [*common, *overrides]))
         for label, overrides in variants

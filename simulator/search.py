@@ -11,16 +11,17 @@ simulated one wins. The estimate only has to rank, the simulation decides.
 from __future__ import annotations
 
 import itertools
-from concurrent.futures import ProcessPoolExecutor
+from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from .config.workload import TilingSpec, Workload
+from .config.workload import TilingSpec, Workload, check_workload
 from .cost import compute_cycles, memory_cycles, vector_work
 from .errors import SimulatorError, check_count
 from .ops import OPS, operands_of
 from .schedule.epilogue import epilogue_refusal, in_registers
-from .schedule.fusion import Kernel, Plan, plan_kernels
+from .schedule.fusion import plan_kernels
+from .schedule.kernel import Kernel, Plan
 from .schedule.lower import instruction_count
 from .schedule.program import MAX_INSTRUCTIONS
 from .schedule.tiling import (
@@ -35,6 +36,7 @@ from .schedule.tiling import (
     single_core_extent,
 )
 from .schedule.tiling import estimate_cycles as tiling_estimate
+from .workers import worker_pool
 
 ESTIMATE_TIE = 0.01  # estimates this close rank alike: the analytic model is not finer
 BASE_M = (16, 32, 64, 128, 256)
@@ -185,6 +187,7 @@ def tune(
 ) -> list[KernelTuning]:
     """Tune every matmul kernel of the workload's fusion plan; `on_kernel` hears of each
     kernel as it is done (for a progress bar)."""
+    check_workload("tune", workload)
     check_count("top", top)
     check_count("workers", workers)
     plan = plan_kernels(workload)
@@ -195,16 +198,12 @@ def tune(
             f"{workload.source}: nothing to tune: the tuner searches the "
             f"tilings of matmul kernels, and there is none (kernels: {names})"
         )
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
     results = []
-    try:
+    with worker_pool(workers) if workers > 1 else nullcontext() as pool:
         for kernel in kernels:
             results.append(tune_kernel(kernel, workload, top, pool))
             if on_kernel:
                 on_kernel(results[-1])
-    finally:
-        if pool:
-            pool.shutdown(cancel_futures=True)
     return results
 
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import itertools
 import math
 import os
-from concurrent.futures import ProcessPoolExecutor, as_completed
 from typing import Any, Callable, Iterable
 
 import yaml
@@ -21,6 +20,7 @@ from .config.strict import YamlLimitError, parse_yaml
 from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, check_count, quote
 from .schedule.program import UTILIZATION_KEYS
 from .units import us_per_cycle
+from .workers import worker_pool
 
 # Report figures that become columns of a sweep row, flattened to one level: first those a
 # report carries as they are, then those derived from it.
@@ -250,7 +250,7 @@ def sweep(
         rows[index] = row
         if on_row:
             on_row(index, row)
-        if bar:
+        if bar is not None:
             bar.update()
 
     try:
@@ -262,21 +262,22 @@ def sweep(
         else:
             _in_processes(min(workers, len(jobs)), jobs, finished)
     finally:
-        if bar:
+        if bar is not None:
             bar.close()
     return rows
 
 
 def _in_processes(workers: int, jobs: list, finished: Callable) -> None:
-    pool = ProcessPoolExecutor(max_workers=workers)
-    try:
-        futures = {pool.submit(run_point, job): index for index, job in enumerate(jobs)}
-        for future in as_completed(futures):
-            finished(futures[future], future.result())
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)  # an interrupt stops the sweep now
-        raise
-    pool.shutdown()
+    """The points in worker processes, each row handed on as it finishes; an interrupt or a
+    SIGTERM stops every worker at once (workers.worker_pool)."""
+    with worker_pool(workers) as pool:
+        for index, row in pool.imap_unordered(_run_indexed, enumerate(jobs)):
+            finished(index, row)
+
+
+def _run_indexed(indexed_job: tuple[int, tuple]) -> tuple[int, dict[str, Any]]:
+    index, job = indexed_job
+    return index, run_point(job)
 
 
 def _on_dask(address: str, jobs: list, finished: Callable) -> None:

@@ -8,7 +8,9 @@ from simulator.config.workload import parse_workload
 
 
 def matmul_workload(hw, m, n, k, tiling=None, extra_ops=(), name="test"):
-    """A one-matmul workload (plus optional elementwise ops on its result)."""
+    """A one-matmul workload (plus optional elementwise ops on its result, which may read a
+    `bias` of N values)."""
+    uses_bias = any("bias" in op["inputs"] for op in extra_ops)
     raw = {
         "name": name,
         "hardware": hw.name,
@@ -16,7 +18,7 @@ def matmul_workload(hw, m, n, k, tiling=None, extra_ops=(), name="test"):
         "tensors": {
             "a": {"shape": ["m", "k"]},
             "b": {"shape": ["k", "n"], "kind": "weight"},
-            "bias": {"shape": ["n"], "kind": "weight"},
+            **({"bias": {"shape": ["n"], "kind": "weight"}} if uses_bias else {}),
         },
         "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}, *extra_ops],
         "schedule": {"fusion": "none", "tiling": {"mm": tiling} if tiling else {}},

@@ -13,7 +13,6 @@ params: {m: 32, n: 64, k: 64}
 tensors:
   a: {shape: [m, k]}
   b: {shape: [k, n], kind: weight}
-  bias: {shape: [n], kind: weight}
 ops:
   - {name: mm, op: matmul, inputs: [a, b], output: c}
 """
@@ -37,7 +36,7 @@ CASES = [
     ("malformed-yaml", "name: [unclosed\n", [], "malformed YAML"),
     ("tab-indent", "name: t\n\thardware: tiny\n", [], "malformed YAML"),
     ("duplicate-top-key", BASE + "name: again\n", [], "duplicate key 'name'"),
-    ("duplicate-tensor", edit("  bias:", "  a: {shape: [m]}\n  bias:"), [], "duplicate key 'a'"),
+    ("duplicate-tensor", edit("  b:", "  a: {shape: [m]}\n  b:"), [], "duplicate key 'a'"),
     ("unknown-top-field", BASE + "colour: red\n", [], "colour: unknown field"),
     ("missing-name", edit("name: t\n", ""), [], "name: is required"),
     ("missing-ops", BASE.split("ops:")[0], [], "ops: is required"),
@@ -71,7 +70,7 @@ CASES = [
     ),
     (
         "unknown-kind",
-        edit("kind: weight}\n  bias", "kind: wieght}\n  bias"),
+        edit("kind: weight}", "kind: wieght}"),
         [],
         "'wieght' is not one of",
     ),

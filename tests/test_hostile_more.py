@@ -39,6 +39,10 @@ def case(name, args, fragment, files=None, code=2):
     return pytest.param(args, fragment, files or {}, code, id=name)
 
 
+# the tensors of BASE that a workload reading only `a` declares (an unused one is refused)
+ONLY_A = BASE.split("ops:")[0].replace("  b: {shape: [k, n], kind: weight}\n", "")
+
+
 def workload_with(old, new):
     return {"w.yaml": edit(old, new)}
 
@@ -250,7 +254,7 @@ NUMBER_CASES = [
         "rank-too-high",
         ["run", "w.yaml"],
         "a tensor has at most 8",
-        workload_with("bias: {shape: [n]", "bias: {shape: [n, 1, 1, 1, 1, 1, 1, 1, 1]"),
+        workload_with("b: {shape: [k, n]", "b: {shape: [k, n, 1, 1, 1, 1, 1, 1, 1]"),
     ),
     case(
         "tiling-scientific",
@@ -650,7 +654,7 @@ DEGENERATE_CASES = [
         ["run", "w.yaml"],
         "nothing to simulate",
         {
-            "w.yaml": BASE.split("ops:")[0]
+            "w.yaml": ONLY_A
             + "ops:\n  - {name: v, op: reshape, inputs: [a], output: v, attrs: {shape: [k, m]}}\n"
         },
     ),
@@ -658,14 +662,14 @@ DEGENERATE_CASES = [
         "tune-without-matmul",
         ["tune", "w.yaml"],
         "nothing to tune",
-        workload_with("op: matmul, inputs: [a, b]", "op: relu, inputs: [a]"),
+        {"w.yaml": ONLY_A + "ops:\n  - {name: mm, op: relu, inputs: [a], output: c}\n"},
     ),
     case(
         "tune-only-views",
         ["tune", "w.yaml"],
         "nothing to tune",
         {
-            "w.yaml": BASE.split("ops:")[0]
+            "w.yaml": ONLY_A
             + "ops:\n  - {name: v, op: reshape, inputs: [a], output: v, attrs: {shape: [k, m]}}\n"
         },
     ),
@@ -680,7 +684,7 @@ DEGENERATE_CASES = [
         ["compare", "w.yaml"],
         "nothing to simulate",
         {
-            "w.yaml": BASE.split("ops:")[0]
+            "w.yaml": ONLY_A
             + "ops:\n  - {name: v, op: reshape, inputs: [a], output: v, attrs: {shape: [k, m]}}\n"
         },
     ),
@@ -966,11 +970,15 @@ BF16 = {
     )
 }
 WITH_ACT = op_line("{name: act, op: relu, inputs: [c], output: d}")
-DUAL = BASE.split("ops:")[0].replace("bias:", "b2: {shape: [k, n], kind: weight}\n  bias:") + (
-    "ops:\n  - {name: gate, op: matmul, inputs: [a, b], output: g}\n"
-    "  - {name: up, op: matmul, inputs: [a, b2], output: u}\n"
-    "  - {name: act, op: silu, inputs: [g], output: s}\n"
-    "  - {name: glu, op: mul, inputs: [s, u], output: h}\n"
+DUAL = (
+    BASE.split("ops:")[0]
+    + "  b2: {shape: [k, n], kind: weight}\n"
+    + (
+        "ops:\n  - {name: gate, op: matmul, inputs: [a, b], output: g}\n"
+        "  - {name: up, op: matmul, inputs: [a, b2], output: u}\n"
+        "  - {name: act, op: silu, inputs: [g], output: s}\n"
+        "  - {name: glu, op: mul, inputs: [s, u], output: h}\n"
+    )
 )
 OURS_JSON = '{"format": "npu-memsim/report"}'
 
@@ -1342,7 +1350,7 @@ ROUND_THREE_CASES = [
         "plot written to p.png",
         code=0,
         files={
-            "w.yaml": BASE.split("ops:")[0] + "ops:\n  - {name: k, op: cast, inputs: [a], "
+            "w.yaml": ONLY_A + "ops:\n  - {name: k, op: cast, inputs: [a], "
             "output: d, attrs: {to: fp32}}\n"
         },
     ),

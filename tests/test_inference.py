@@ -194,7 +194,9 @@ def test_a_mixture_of_experts_reads_only_its_active_experts_weights(tiny):
     def expert_weights(step):
         workload = step_workload(model, tiny, step, 1)
         return sum(
-            t.nbytes for t in workload.tensors.values() if "_slot" in t.name and t.kind == "weight"
+            t.nbytes
+            for t in workload.tensors.values()
+            if "_experts_" in t.name and t.kind == "weight"
         )
 
     assert expert_weights(Step("decode", 1, 1, 64)) == 2 * expert_bytes
@@ -204,10 +206,24 @@ def test_a_mixture_of_experts_reads_only_its_active_experts_weights(tiny):
     assert report.to_dict()["breakdown_us"]["decode"]["gemm"] > 0
 
 
-def test_experts_need_the_tokens_to_split_evenly_over_a_slot(tiny):
-    model = toy(num_local_experts=8, num_experts_per_tok=2)
-    with pytest.raises(SimulatorError, match="do not split evenly over the 4 experts"):
-        step_workload(model, tiny, Step("prefill", 1, 18, 18), 1)
+@pytest.mark.parametrize("experts, per_token, prompt", [(5, 2, 16), (8, 2, 127), (3, 2, 5)])
+def test_any_token_count_routes_and_every_expert_is_counted(tiny, experts, per_token, prompt):
+    """Issue 21, class 3: top-k need not divide the experts, nor the tokens split evenly:
+    each expert's rows are padded to the most any serves, the footprint and the prefill's
+    weight traffic hold every expert, and the report says how the tokens were routed."""
+    model = toy(num_local_experts=experts, num_experts_per_tok=per_token)
+    workload = step_workload(model, tiny, Step("prefill", 1, prompt, prompt), 1)
+    expert_weights = sum(
+        t.nbytes for t in workload.tensors.values() if "_experts_" in t.name and t.kind == "weight"
+    )
+    assert expert_weights == experts * 3 * model.hidden * model.intermediate * 2
+    report = infer(model, tiny, prompt=prompt, generate=2)
+    assert report.footprint.weight_bytes == 2 * model.weight_count()
+    (note,) = report.notes
+    choices = prompt * per_token
+    assert f"{prompt} tokens x {per_token} choices reach {experts} of {experts}" in note
+    if choices % experts:
+        assert f"padded to {-(-choices // experts)}" in note
 
 
 def test_a_context_beyond_the_models_is_refused(tiny):

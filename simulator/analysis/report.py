@@ -119,7 +119,7 @@ class Report:
         return {"format": format_mark("report"), **data, "provenance": provenance}
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, sort_keys=False)
+        return json.dumps(self.to_dict(), indent=2, sort_keys=False, allow_nan=False)
 
 
 def analyse(

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from .strict import (
     as_number,
     one_of,
     override_label,
+    parse_overrides,
     read_yaml,
 )
 
@@ -147,6 +148,7 @@ class Hardware:
     epilogue_in_registers: bool = False
     link: Link | None = None  # to the other chips of a tensor-parallel group (None: alone)
     energy: Energy | None = None  # None: a hardware file that gives no energy figures
+    overrides: tuple[str, ...] = ()  # the --set hardware.* overrides applied, as given
 
     @property
     def kernel_gap(self) -> int:
@@ -231,6 +233,13 @@ def load_hardware(
 
     `named_in` is the workload file (or the override) that names this hardware: a name
     that leads nowhere is its mistake, reported against it."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(
+            "load_hardware() takes a preset's name or a hardware file's path, got "
+            f"{type(name_or_path).__name__}"
+        )
+    name_or_path = str(name_or_path)
+    overrides = parse_overrides(overrides, OVERRIDE_MARK.strip())
     path = resolve_hardware_path(name_or_path, relative_to)
     where, field = (named_in, "hardware: ") if named_in else (str(name_or_path), "")
     if where.startswith(OVERRIDE_MARK):
@@ -249,10 +258,18 @@ def load_hardware(
         raise ConfigError(
             where, [f"{field}{quote(name_or_path)}: no such file ({quote(str(path))})"]
         )
-    raw = apply_overrides(read_yaml(path), list(overrides), str(path), HARDWARE_PREFIX)
-    return parse_hardware(
-        raw, str(path), {p: override_label(HARDWARE_PREFIX + p, v) for p, v in overrides}
-    )
+    raw = read_yaml(path)
+    if "ops" in raw and "cores" not in raw:  # one line, not every hardware field missing
+        raise ConfigError(
+            where,
+            [
+                f"{field}{quote(name_or_path)} is a workload (it has ops), not a hardware "
+                f"file; give a preset ({', '.join(preset_names())}) or a hardware YAML"
+            ],
+        )
+    raw = apply_overrides(raw, list(overrides), str(path), HARDWARE_PREFIX)
+    labels = {p: override_label(HARDWARE_PREFIX + p, v) for p, v in overrides}
+    return replace(parse_hardware(raw, str(path), labels), overrides=tuple(labels.values()))
 
 
 _PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")

@@ -9,13 +9,24 @@ no byte moved and is ignored. Keys starting with `_` are ours: the shipped confi
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
-from .strict import Fields, as_bool, as_int, describe, one_of, override_label, read_text
+from .strict import (
+    MAX_NESTING,
+    Fields,
+    as_bool,
+    as_int,
+    describe,
+    one_of,
+    override_label,
+    parse_overrides,
+    read_text,
+)
 
 
 def _model_dir() -> Path:
@@ -59,6 +70,7 @@ class ModelConfig:
     tied_embeddings: bool
     sliding_window: int | None  # attention reads at most this many positions back
     chips: int = 1  # the tensor-parallel group this is one chip's share of (see shard)
+    overrides: tuple[str, ...] = ()  # the --set overrides applied to the file, as given
 
     def attended(self, context: int) -> int:
         """Positions one token's attention reads at this context."""
@@ -143,9 +155,19 @@ FIELDS = (
 )
 
 
-def load_model(name_or_path: str, overrides: Sequence[tuple[str, Any]] = ()) -> ModelConfig:
+def load_model(
+    name_or_path: str | os.PathLike, overrides: Sequence[str] | Sequence[tuple[str, Any]] = ()
+) -> ModelConfig:
     """A shipped config by name ('llama2-7b') or a config.json by path; `overrides` are
-    (key, value) pairs that replace the file's (num_key_value_heads=8 makes it GQA)."""
+    'key=value' texts or (key, value) pairs that replace the file's (num_key_value_heads=8
+    makes it GQA)."""
+    if not isinstance(name_or_path, (str, os.PathLike)):
+        raise TypeError(
+            "load_model() takes a shipped model's name or a config.json's path, got "
+            f"{type(name_or_path).__name__}"
+        )
+    overrides = parse_overrides(overrides, OVERRIDE_MARK.strip())
+    name_or_path = str(name_or_path)
     path = Path(name_or_path)
     if path.suffix != ".json":
         if name_or_path not in model_names():
@@ -158,10 +180,7 @@ def load_model(name_or_path: str, overrides: Sequence[tuple[str, Any]] = ()) -> 
             )
         path = MODEL_DIR / f"{name_or_path}.json"
     source = str(path)
-    try:
-        raw = json.loads(read_text(path, MAX_CONFIG_BYTES))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(source, [f"line {exc.lineno}: not valid JSON: {exc.msg}"]) from None
+    raw = read_json(source, read_text(path, MAX_CONFIG_BYTES))
     if not isinstance(raw, dict):
         raise ConfigError(source, [f"the top level must be a JSON object, got {describe(raw)}"])
     unknown = [key for key, _ in overrides if key not in FIELDS]
@@ -175,7 +194,67 @@ def load_model(name_or_path: str, overrides: Sequence[tuple[str, Any]] = ()) -> 
         )
     raw.update(overrides)
     labels = {key: override_label(key, value) for key, value in overrides}
-    return parse_model(raw, path.stem, source, labels)
+    return replace(parse_model(raw, path.stem, source, labels), overrides=tuple(labels.values()))
+
+
+MAX_NUMBER_CHARS = 40  # digits of a number in a config (sizes are at most 2^24)
+
+
+def read_json(source: str, text: str) -> Any:
+    """JSON as strictly as the YAML loader reads a workload: a key given twice, a number of
+    more than MAX_NUMBER_CHARS characters, NaN or Infinity, or nesting deeper than
+    MAX_NESTING levels is refused with the place, not taken or crashed on."""
+
+    def unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in seen:
+                raise _JsonLimit(f"the key {quote(key)} is given twice")
+            seen[key] = value
+        return seen
+
+    def number(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+        def parse(text: str) -> Any:
+            if len(text) > MAX_NUMBER_CHARS:
+                raise _JsonLimit(
+                    f"a number of {len(text):,} characters (at most {MAX_NUMBER_CHARS})"
+                )
+            return kind(text)
+
+        return parse
+
+    def constant(name: str) -> Any:
+        raise _JsonLimit(f"{name} is not a number a config may hold")
+
+    try:
+        raw = json.loads(
+            text,
+            object_pairs_hook=unique,
+            parse_int=number(int),
+            parse_float=number(float),
+            parse_constant=constant,
+        )
+    except json.JSONDecodeError as exc:
+        raise ConfigError(source, [f"line {exc.lineno}: not valid JSON: {exc.msg}"]) from None
+    except _JsonLimit as exc:
+        raise ConfigError(source, [str(exc)]) from None
+    except RecursionError:
+        raise ConfigError(source, [f"nested deeper than {MAX_NESTING} levels"]) from None
+    if _depth(raw) > MAX_NESTING:
+        raise ConfigError(source, [f"nested deeper than {MAX_NESTING} levels"])
+    return raw
+
+
+class _JsonLimit(ValueError):
+    """A JSON value past what a config may hold (read_json)."""
+
+
+def _depth(value: Any) -> int:
+    if isinstance(value, dict):
+        return 1 + max(map(_depth, value.values()), default=0)
+    if isinstance(value, list):
+        return 1 + max(map(_depth, value), default=0)
+    return 0
 
 
 def parse_model(

@@ -12,6 +12,7 @@ import math
 import os
 import re
 import stat
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Callable
 
@@ -90,11 +91,17 @@ _StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _c
 # base-60 90, which no one writing a shape or a size means. Here they stay strings, which
 # every numeric field refuses by name (with the fix); 0o40 is the octal 32. As in YAML 1.1,
 # an exponent needs a point (1.0e3): 1e3 is text, refused with "write 1000".
+# Booleans are true and false alone (YAML 1.2): YAML 1.1's yes, no, on and off stay text,
+# which a true-or-false field refuses, rather than a `yes` silently meaning true.
 _INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_BOOL_TAG = "tag:yaml.org,2002:bool"
 _StrictLoader.yaml_implicit_resolvers = {
-    first: [(tag, rx) for tag, rx in entries if tag not in (_INT_TAG, _FLOAT_TAG)]
+    first: [(tag, rx) for tag, rx in entries if tag not in (_INT_TAG, _FLOAT_TAG, _BOOL_TAG)]
     for first, entries in yaml.SafeLoader.yaml_implicit_resolvers.items()
 }
+_StrictLoader.add_implicit_resolver(
+    _BOOL_TAG, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
 _StrictLoader.add_implicit_resolver(
     _INT_TAG,
     re.compile(r"^[-+]?(?:0|[1-9][0-9_]*|0x[0-9a-fA-F_]+|0o[0-7_]+|0b[01_]+)$"),
@@ -450,6 +457,25 @@ def override_label(path: str, value: Any) -> str:
     if len(text) <= 2 * QUOTE_CHARS:
         return text
     return f"{text[: 2 * QUOTE_CHARS]}... ({len(text):,} characters)"
+
+
+def parse_overrides(
+    overrides: Sequence[str] | Sequence[tuple[str, Any]], source: str
+) -> list[tuple[str, Any]]:
+    """Overrides as (path, value) pairs, each field given one value: a field set twice to
+    different values is refused (the same value twice is the same request)."""
+    pairs = [parse_override(o) if isinstance(o, str) else (o[0], o[1]) for o in overrides]
+    given: dict[str, Any] = {}
+    for path, value in pairs:
+        if given.setdefault(path, value) != value:
+            raise ConfigError(
+                source,
+                [
+                    f"{OVERRIDE_MARK}{override_label(path, value)}: {path} is already set to "
+                    f"{quote(given[path])} by another override; give each field one value"
+                ],
+            )
+    return pairs
 
 
 def apply_overrides(

@@ -24,18 +24,35 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import SimulatorError
 from .hardware import Hardware
 from .model import ModelConfig
 from .workload import Workload, parse_workload
 
 WEIGHT_DTYPES = ("fp16", "int8")
-EXPERT_SLOT = "slot"  # names of a mixture of experts' ops and weights: l0_slot0_gate...
+EXPERTS = "experts_"  # names of a mixture of experts' ops and weights: l0_experts_gate...
 
 
-def active_experts(model: ModelConfig, step: Step) -> int:
-    """Experts a step's tokens reach, with routing taken as even (see _Builder.experts)."""
-    return min(model.experts, step.tokens * model.experts_per_token)
+def expert_rows(model: ModelConfig, step: Step) -> tuple[int, int]:
+    """With routing taken as even (see _Builder.experts): the experts a step's tokens reach,
+    and the rows each runs, the most any of them serves."""
+    choices = step.tokens * model.experts_per_token
+    active = min(model.experts, choices)
+    return active, -(-choices // active)
+
+
+def routing(model: ModelConfig, step: Step) -> str:
+    """How a step's tokens are taken to reach the experts, for the report."""
+    choices = step.tokens * model.experts_per_token
+    active, rows = expert_rows(model, step)
+    fewest = choices // active
+    share = f"{rows} token{'s' * (rows != 1)}"
+    if fewest != rows:
+        share = f"{fewest}-{rows} tokens (padded to {rows})"
+    return (
+        f"{step.phase}: {step.tokens:,} token{'s' * (step.tokens != 1)} x "
+        f"{model.experts_per_token} choices reach {active} of {model.experts} experts, "
+        f"{share} each"
+    )
 
 
 @dataclass(frozen=True)
@@ -63,12 +80,6 @@ def step_workload(
 ) -> Workload:
     """The workload of `step` through the model's first `layers` decoder layers, then the
     final norm and the LM head."""
-    if step.tokens > model.vocab:
-        raise SimulatorError(
-            f"{step.tokens:,} tokens in one step is more than the {model.vocab:,} rows of "
-            f"{model.name}'s embedding table, which the gather reads a row per token of; "
-            "use a smaller batch or prompt"
-        )
     builder = _Builder(model, step, weights)
     x = builder.embedding()
     for layer in range(layers):
@@ -200,39 +211,47 @@ class _Builder:
         """A mixture of experts: a router scores every expert per token, each token goes
         to its top k, and their outputs, weighted by the router, are summed.
 
-        Routing is data, so it is modelled as even: the step's T tokens make T·k choices
-        among `active` = min(E, T·k) experts, each serving T·k / active tokens. They run as k
-        slots, each slot a batch of active / k experts that together see every token once: a
-        gather of the tokens into expert order (the dispatch), the experts' MLPs as batch
-        matmuls over their stacked weights (only the active experts' weights are read), then
-        the outputs weighted by the router and added (the combine)."""
+        Routing is data, so it is modelled as even (expert_rows): the step's T tokens make
+        T·k choices among `active` = min(E, T·k) experts, each serving T·k / active of them,
+        padded to the most any expert serves, as grouped GEMMs pad each expert's rows. A
+        gather sends each token to its experts (the dispatch), the active experts' MLPs run
+        as batch matmuls over their stacked weights (only their weights are read), and per
+        choice a gather collects each token's output, weighted by the router and added (the
+        combine)."""
         m, s = self.model, self.step
         tokens, k = s.tokens, m.experts_per_token
-        group = active_experts(m, s) // k  # experts per slot
-        if tokens % group:
-            raise SimulatorError(
-                f"{m.name}: {tokens:,} tokens in one step do not split evenly over the "
-                f"{group} experts of each routing slot (num_local_experts / "
-                "num_experts_per_tok); use a batch or prompt that is a multiple of it"
-            )
+        active, rows = expert_rows(m, s)
         router = self.linear(f"{p}router", x, m.hidden, m.experts)
         probs = self.op(f"{p}route", "softmax", [router], f"{p}route_probs")
+        q = f"{p}{EXPERTS}"
+        sent = self.op(f"{q}dispatch", "gather", [x], f"{q}sent", rows=active * rows)
+        stacked = [active, rows, m.hidden]
+        grouped = self.op(f"{q}by_expert", "reshape", [sent], f"{q}grouped", shape=stacked)
+        out = self.mlp(q, grouped, experts=active)
+        flat = self.op(f"{q}unstack", "reshape", [out], f"{q}flat", shape=[active * rows, m.hidden])
         total = None
-        for slot in range(k):
-            q = f"{p}{EXPERT_SLOT}{slot}_"
-            sent = self.op(f"{q}dispatch", "gather", [x], f"{q}sent", rows=tokens)
-            stacked = [group, tokens // group, m.hidden]
-            grouped = self.op(f"{q}by_expert", "reshape", [sent], f"{q}grouped", shape=stacked)
-            out = self.mlp(q, grouped, experts=group)
-            flat = self.op(f"{q}unstack", "reshape", [out], f"{q}flat", shape=[tokens, m.hidden])
-            weight = self.op(
-                f"{q}weight", "slice", [probs], f"{q}routed", start=slot, stop=slot + 1
+        for choice in range(k):
+            mine = self.op(
+                f"{q}collect{choice}",
+                "gather",
+                [flat],
+                f"{q}collected{choice}",
+                rows=tokens,
+                start=choice * tokens,
             )
-            weighted = self.op(f"{q}weigh", "mul", [flat, weight], f"{q}weighted")
+            weight = self.op(
+                f"{q}weight{choice}",
+                "slice",
+                [probs],
+                f"{q}routed{choice}",
+                start=choice,
+                stop=choice + 1,
+            )
+            weighted = self.op(f"{q}weigh{choice}", "mul", [mine, weight], f"{q}weighted{choice}")
             total = (
                 weighted
                 if total is None
-                else self.op(f"{q}combine", "add", [total, weighted], f"{q}sum")
+                else self.op(f"{q}combine{choice}", "add", [total, weighted], f"{q}sum{choice}")
             )
         return total or x
 

@@ -13,6 +13,7 @@ from typing import Any
 
 from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
 from ..ops import CUBE_DTYPES, DTYPE_BYTES, OPS, operands_of
+from ..units import format_bytes_decimal
 from .expressions import MAX_DIMENSION, shape_of
 from .hardware import Hardware, load_hardware
 from .strict import (
@@ -27,7 +28,7 @@ from .strict import (
     not_an_integer,
     one_of,
     override_label,
-    parse_override,
+    parse_overrides,
     read_yaml,
 )
 
@@ -105,6 +106,14 @@ class Workload:
         return self.tiling.get(op_name, self.tiling.get("default", TilingSpec()))
 
 
+def check_workload(caller: str, workload: object) -> None:
+    """An API call given something other than a loaded workload says what it needs."""
+    if not isinstance(workload, Workload):
+        raise TypeError(
+            f"{caller}() takes a Workload (load_workload(path)), got {type(workload).__name__}"
+        )
+
+
 def load_workload(
     path: str | Path, overrides: Sequence[str] | Sequence[tuple[str, Any]] = ()
 ) -> Workload:
@@ -114,24 +123,21 @@ def load_workload(
         raise TypeError(
             f"load_workload() takes the path of a workload file, got {type(path).__name__}"
         )
-    pairs = [parse_override(o) if isinstance(o, str) else tuple(o) for o in overrides]
     source = str(path)
-    given: dict[str, Any] = {}
-    for override_path, value in pairs:
-        if given.setdefault(override_path, value) != value:
-            raise ConfigError(
-                source,
-                [
-                    f"{OVERRIDE_MARK}{override_label(override_path, value)}: {override_path} is "
-                    f"already set to {quote(given[override_path])} by another override; give each "
-                    "field one value"
-                ],
-            )
+    pairs = parse_overrides(overrides, source)
     hw_overrides = [
         (p[len(HARDWARE_PREFIX) :], v) for p, v in pairs if p.startswith(HARDWARE_PREFIX)
     ]
     wl_overrides = [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)]
     raw = read_yaml(path)
+    if "cores" in raw and "ops" not in raw:  # one line, not every workload field missing
+        raise ConfigError(
+            source,
+            [
+                "this is a hardware file (it has cores), not a workload; a workload names it "
+                "in its hardware field, or infer takes it with --hardware"
+            ],
+        )
     known_params = raw.get("params")
     if not isinstance(known_params, dict):
         known_params = {}
@@ -238,6 +244,15 @@ def parse_workload(raw: dict, source: str, hardware: Hardware, overrides: tuple 
         ops = _copy_slices(ops, set(tensors) | {op.output for op in ops})
     tensors, ordered_ops = resolve(tensors, broken, ops, problems)
     _check_cube_modes(ordered_ops, tensors, hardware, problems)
+    if not problems.items:  # else a misspelt input would be reported twice
+        used = {name for op in ops for name in (*op.inputs, op.output)}
+        for tname in tensors_f.raw:
+            if str(tname) not in used:
+                problems.add(
+                    join("tensors", tname),
+                    f"no op reads it ({format_bytes_decimal(tensors[str(tname)].nbytes)} "
+                    "declared for nothing); remove it or name it in an op's inputs",
+                )
     problems.raise_if_any()
     valid_params = {k: v for k, v in params.items() if v is not None}
     return Workload(
@@ -417,6 +432,8 @@ def _fusion(value: Any, op_names: set[str]) -> str | tuple[tuple[str, ...], ...]
     """'auto', 'none', or a list of groups (lists of op names) to fuse as given."""
     if value in FUSION_MODES:
         return value
+    if value == []:
+        raise ValueError("an empty list of groups fuses nothing: write none")
     if not isinstance(value, list) or not all(
         isinstance(g, list) and g and all(isinstance(name, str) for name in g) for g in value
     ):

@@ -7,17 +7,35 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import TYPE_CHECKING, Callable
+from typing import Callable, Protocol
 
 import simpy
 from simpy.events import EventPriority
 
 from ..cost import l2_port_bytes, multicast_share
 from ..errors import InvariantError
-from ..schedule.program import GlobalTransfer
+from ..schedule.program import GlobalTransfer, Program, Region
+from .bandwidth import SharedChannel
+from .l2cache import L2Cache
 
-if TYPE_CHECKING:
-    from .world import World
+
+class World(Protocol):
+    """What a transfer needs of the engine that starts it (world.World, and its reference
+    twin): the clock, the routes and shared memories, the L2, and its place in time."""
+
+    env: simpy.Environment
+    program: Program
+    l2: L2Cache
+    channels: dict[str, SharedChannel]
+    routes: dict[tuple[str, str], tuple[int, float]]
+    l2_latency: int
+    hbm_latency: int
+    serialise_same_address: bool
+    same_address: dict[Region, deque[TransferInFlight]]
+
+    def begin_at(self, cycle: int, transfer: TransferInFlight) -> None: ...
+
+    def shaped(self, instr: GlobalTransfer, bytes_per_cycle: float) -> float: ...
 
 
 class AfterTheCycle(simpy.events.Event):

@@ -38,14 +38,14 @@ from __future__ import annotations
 import heapq
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from ..config.hardware import ACCUMULATOR_BYTES, Hardware
 from ..config.workload import Tensor, Workload
 from ..cost import cube_call_cycles
 from ..errors import TilingError, TooLargeError
-from ..ops import DTYPE_BYTES, OPS
+from ..ops import DTYPE_BYTES, OPS, causal_queries
 from .combine import lower_combine, vector_instruction
+from .kernel import Kernel
 from .program import (
     MAX_INSTRUCTIONS,
     CoreBuilder,
@@ -57,9 +57,6 @@ from .program import (
     transfer,
 )
 from .tiling import round_up
-
-if TYPE_CHECKING:
-    from .fusion import Kernel
 
 BLOCKS = (128, 64, 32, 16)  # query and key/value block sizes tried, largest first
 O_BYTES = 4  # the running output O (and a split's partial O) is kept in fp32
@@ -78,6 +75,19 @@ class AttentionShape:
     element_bytes: int
     dtype: str
     causal: bool
+    sequence_queries: int = 0  # causal: one sequence's queries among the rows (causal_queries)
+
+    def first_position(self, q0: int, q1: int) -> int:
+        """The earliest position among the query rows q0..q1 (causal_queries)."""
+        if q0 // self.sequence_queries != (q1 - 1) // self.sequence_queries:
+            return self.keys - self.sequence_queries  # a new sequence starts in the block
+        return self.keys - self.sequence_queries + q0 % self.sequence_queries
+
+    def last_position(self, q0: int, q1: int) -> int:
+        """The latest position among the query rows q0..q1."""
+        if q0 // self.sequence_queries != (q1 - 1) // self.sequence_queries:
+            return self.keys - 1  # a sequence ends in the block
+        return self.keys - self.sequence_queries + (q1 - 1) % self.sequence_queries
 
 
 def attention_shape(kernel: Kernel, workload: Workload) -> AttentionShape:
@@ -93,6 +103,7 @@ def attention_shape(kernel: Kernel, workload: Workload) -> AttentionShape:
         DTYPE_BYTES[q.dtype],
         q.dtype,
         bool(softmax.attrs.get("causal")),
+        causal_queries(queries, keys, softmax.attrs),
     )
 
 
@@ -128,11 +139,12 @@ def _needs(s: AttentionShape, hw: Hardware, block_q: int, block_kv: int) -> dict
 
 def attention_blocks(s: AttentionShape, hw: Hardware) -> tuple[int, int]:
     """The largest query and key/value blocks whose slots fit every buffer."""
-    fm, fn, _ = hw.cube.fractal[s.dtype]
+    fm, fn, fk = hw.cube.fractal[s.dtype]
+    key_step = math.lcm(fn, fk)  # a key block is K's N side and V's K side: whole fractals of both
     for block_kv in BLOCKS:
         for block_q in BLOCKS:
             bq = min(round_up(s.queries, fm), block_q)
-            bkv = min(round_up(s.keys, fn), block_kv)
+            bkv = min(round_up(s.keys, key_step), round_up(block_kv, key_step))
             needs = _needs(s, hw, bq, bkv)
             if all(n <= hw.buffer_bytes[b] for b, n in needs.items()):
                 return bq, bkv
@@ -279,11 +291,9 @@ def _refuse_if_too_large(
 
 def keys_seen(s: AttentionShape, q0: int, q1: int) -> int:
     """How many keys the queries q0..q1 attend to: all, or (causal) up to the latest position
-    among them (a query's position is its row among each group of `keys`); the key blocks
-    past it are skipped, the one it falls in computed whole and masked."""
-    if not s.causal or (q1 - 1) // s.keys != q0 // s.keys:
-        return s.keys
-    return (q1 - 1) % s.keys + 1
+    among them; the key blocks past it are skipped, the one it falls in computed whole and
+    masked."""
+    return s.last_position(q0, q1) + 1 if s.causal else s.keys
 
 
 class _AttentionCore:
@@ -438,7 +448,7 @@ class _AttentionCore:
         elements = rows * cols
         score_bytes = elements * s.element_bytes
         block = _Block(k0, cols, v_slot, s_slot)
-        masked = s.causal and k1 - 1 > unit.q0 % s.keys  # past some query's position
+        masked = s.causal and k1 - 1 > s.first_position(unit.q0, unit.q1)  # past a query
         if self.in_registers:
             opening, softmax = self._softmax(k0, masked, "L0C", score_bytes)
             self.l0c_s.first_use(opening, s_slot)

@@ -6,17 +6,13 @@ FlashAttention-2's split-KV path launches its combine."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ..config.hardware import Hardware, Vector
 from ..config.workload import Tensor
 from ..cost import vector_op_cycles
 from ..errors import TilingError
 from ..ops import DTYPE_BYTES
+from .kernel import Kernel
 from .program import CoreBuilder, Draft, KernelProgram, SlotRing, VectorOp, operand_region, transfer
-
-if TYPE_CHECKING:
-    from .fusion import Kernel
 
 PARTIAL_BYTES = 4  # partial outputs, their log-sum-exp and the running O are fp32
 BUFFERS = 2

@@ -9,7 +9,9 @@ the final value leaves once, UB → HBM by MTE3.
 
 A chain with a row-wise op (softmax, layernorm, rmsnorm) works on tiles of
 whole rows; after a matmul that means a block of rows × all N columns,
-filled block by block by FIXPIPE before the row-wise op runs.
+filled block by block by FIXPIPE before the row-wise op runs. A vector kernel
+whose single row does not fit UB splits its rows into chunks and visits each
+row twice: its statistics, then their application (cost.row_pass_factors).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 
 from ..config.hardware import Hardware
 from ..config.workload import Op, Tensor, Workload
-from ..cost import vector_op_cycles
+from ..cost import row_pass_factors, vector_op_cycles
 from ..errors import TilingError
 from ..ops import DTYPE_BYTES, OPS
 from .program import CoreBuilder, Draft, Region, SlotRing, VectorOp, transfer
@@ -42,6 +44,16 @@ def broadcast_region(tensor: Tensor, r0: int, r1: int, c0: int, c1: int) -> Regi
     if cols == 1:
         c0, c1 = 0, 1
     return Region(tensor.name, r0, r1, c0, c1)
+
+
+def gathered_region(table: Tensor, first: int, count: int, c0: int, c1: int) -> Region:
+    """The rows `first`.. `first + count` that a gather reads of its table, wrapping past the
+    last row (the tile is kept to at most the table's rows: lower_vector)."""
+    rows, _ = as_2d(table)
+    row0 = first % rows
+    if row0 + count > rows:
+        row0 = rows - count
+    return Region(table.name, row0, row0 + count, c0, c1)
 
 
 def region_bytes(region: Region, tensor: Tensor) -> int:
@@ -153,8 +165,11 @@ class VectorChain:
         tile_rows: int,
         tile_cols: int,
         block_cols: int | None = None,
+        split_rows: bool = False,
     ):
         self.core = core
+        # rows too long for UB: each tile is a chunk of a row, visited twice (statistics)
+        self.split_rows = split_rows
         self.tensors = workload.tensors
         self.hw = hw
         self.ops = [op for op in ops if OPS[op.op].unit == "vector"]
@@ -177,6 +192,11 @@ class VectorChain:
             ).items()
         }
         self.final = self.ops[-1].output
+        first = self.ops[0] if self.ops else None
+        # a vector kernel that opens with a gather loads the rows it gathers from its table
+        self.gather_start = (
+            first.attrs.get("start", 0) if first is not None and OPS[first.op].gathers else None
+        )
         self.held: list[tuple[SlotRing, int]] = []  # accumulators the tile keeps to its store
 
     def begin_tile(self, r0: int, r1: int, c0: int, c1: int) -> None:
@@ -196,7 +216,9 @@ class VectorChain:
         until the tile is stored (in_registers)."""
         self.held += held
         r0, r1, _, _ = self.tile
-        arrivals = drains or {self.seeds[0]: self._load(self.seeds[0], r0, r1, c0, c1)}
+        arrivals = drains or {
+            self.seeds[0]: self._load(self.seeds[0], r0, r1, c0, c1, self.gather_start)
+        }
         for name, instr in arrivals.items():
             ring = self.rings[f"chain:{name}"]
             if name in self.slot_of:  # a later block of a row tile: same slot, more data
@@ -233,8 +255,43 @@ class VectorChain:
         self.held = []
         self.core.emit(store)
 
-    def _load(self, name: str, r0: int, r1: int, c0: int, c1: int) -> Draft:
-        region = broadcast_region(self.tensors[name], r0, r1, c0, c1)
+    def statistics(self) -> None:
+        """Pass one over a chunk of rows too long for UB: the row-wise op gathers its
+        statistics over the chunk (kept in a register, a few bytes), and the chunk is let go
+        unstored; pass two loads it again and ends the tile as any other."""
+        r0, r1, c0, c1 = self.tile
+        op = self.tile_ops[0]
+        name = next(n for n in op.inputs if n in self.slot_of)
+        ring, slot = self.slot_of[name]
+        elems = (r1 - r0) * (c1 - c0)
+        widest = max(DTYPE_BYTES[self.tensors[n].dtype] for n in (*op.inputs, op.output))
+        spec = OPS[op.op]
+        instr = Draft(
+            VectorOp,
+            "VECTOR",
+            f"{op.op} statistics {name}[{r0}:{r1}, {c0}:{c1}]",
+            cycles=vector_op_cycles(
+                self.hw.vector,
+                elems,
+                widest,
+                spec.cost_class,
+                row_pass_factors(self.hw.vector, spec.cost_class)[0],
+            ),
+            reads=((self.value_level, elems * DTYPE_BYTES[self.tensors[name].dtype]),),
+        )
+        instr.waits_for(*self.pending.pop(name, []))
+        ring.last_use(instr, slot)
+        self.core.emit(instr)
+
+    def _load(
+        self, name: str, r0: int, r1: int, c0: int, c1: int, gather_start: int | None = None
+    ) -> Draft:
+        tensor = self.tensors[name]
+        region = (
+            broadcast_region(tensor, r0, r1, c0, c1)
+            if gather_start is None
+            else gathered_region(tensor, gather_start + r0, r1 - r0, c0, c1)
+        )
         return transfer(
             "MTE2", f"load {region}", "HBM", "UB", region_bytes(region, self.tensors[name]), region
         )
@@ -249,7 +306,15 @@ class VectorChain:
             "VECTOR",
             f"{op.op} {op.output}[{r0}:{r1}, {c0}:{c1}]",
             nbytes=elems * DTYPE_BYTES[out.dtype],
-            cycles=vector_op_cycles(self.hw.vector, elems, widest, spec.cost_class),
+            cycles=vector_op_cycles(
+                self.hw.vector,
+                elems,
+                widest,
+                spec.cost_class,
+                row_pass_factors(self.hw.vector, spec.cost_class)[1]
+                if self.split_rows and spec.rowwise
+                else None,
+            ),
         )
         reads = []
         chain_inputs = list(dict.fromkeys(n for n in op.inputs if n in self.slot_of))

@@ -10,7 +10,7 @@ from ..config.workload import Op, Tensor, Workload
 from ..errors import SimulatorError
 from ..ops import DTYPE_BYTES, OPS
 from ..units import format_bytes_decimal as fmt_bytes
-from .fusion import Plan
+from .kernel import Plan
 
 # Roles of tensors that occupy HBM while the workload runs (a view shares its source's bytes,
 # an on-chip value never reaches HBM).

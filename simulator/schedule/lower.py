@@ -10,25 +10,22 @@ Matmul kernel (per core, on its split share of the batch and of C):
     FIXPIPE drains each accumulator: to HBM when the kernel has no epilogue,
     else to UB, where the vector chain runs and MTE3 writes the result once.
 
-Vector kernel: tiles of the output spread over the cores (whole rows when a
-row-wise op is in the chain); per tile MTE2 loads, VECTOR runs the chain,
-MTE3 stores.
+Vector kernel: see vector_kernel.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import NamedTuple
 
 from ..config.hardware import Hardware
-from ..config.workload import Op, Workload
+from ..config.workload import Workload
 from ..cost import cube_call_cycles, vector_work
 from ..errors import SimulatorError, TooLargeError
-from ..ops import DTYPE_BYTES, OPS, operands_of
+from ..ops import DTYPE_BYTES
 from .attention import attention_workspace, lower_attention
-from .epilogue import UB_ALIGN_BYTES, VectorChain, as_2d, chain_slots, in_registers, seeds_of
+from .epilogue import VectorChain, as_2d, chain_slots, in_registers, seeds_of
 from .footprint import INPUT_ROLES, read_once_bytes, refuse_if_over_capacity, tensor_roles
-from .fusion import Kernel, Plan
+from .kernel import Kernel, Plan
 from .program import (
     MAX_INSTRUCTIONS,
     CoreBuilder,
@@ -53,6 +50,7 @@ from .tiling import (
     resolve_tiling,
     round_up,
 )
+from .vector_kernel import kernel_flops, lower_vector, readers_of
 
 
 def lower(workload: Workload, plan: Plan) -> Program:
@@ -106,7 +104,7 @@ def lower(workload: Workload, plan: Plan) -> Program:
     # compulsory traffic: every input read once (a gathered one, its rows), every kernel's
     # result written once (an input kernels read only through a view counts as that view)
     compulsory = sum(
-        read_once_bytes(name, _readers(workload.ops, name), workload.tensors)
+        read_once_bytes(name, readers_of(workload.ops, name), workload.tensors)
         if role in INPUT_ROLES
         else nbytes
         for name, (role, nbytes) in roles.items()
@@ -181,14 +179,14 @@ def lower_matmul(
         kernel.fused,
         "cube",
         shape.dtype,
-        _flops(kernel.ops, tensors),
+        kernel_flops(kernel.ops, tensors),
         cores,
         t.to_dict(),
-        sum(read_once_bytes(n, _readers(kernel.ops, n), tensors) for n in ins),
+        sum(read_once_bytes(n, readers_of(kernel.ops, n), tensors) for n in ins),
         tensors[kernel.output].nbytes,
         plan,
         vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector),
-        cube_flops=_flops(kernel.gemms, tensors),
+        cube_flops=kernel_flops(kernel.gemms, tensors),
         gemms=len(kernel.gemms),
     )
 
@@ -505,87 +503,3 @@ class _MatmulCore:
         self.chain.block(bn, bn + cols, drains)
         if bn + cols == n1:
             self.chain.end_tile()
-
-
-def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProgram:
-    """A chain of vector ops: tiles of the output spread over the cores."""
-    tensors = workload.tensors
-    ops = list(kernel.ops)
-    out = tensors[kernel.output]
-    rows, cols = as_2d(out)
-    buffers = workload.tiling_for(kernel.tiling_op).buffers or 2
-    seeds = seeds_of(ops)
-    ub = hw.buffer_bytes["UB"]
-
-    def ub_need(tile_rows: int, tile_cols: int) -> int:
-        return sum(chain_slots(ops, tensors, seeds, tile_rows, tile_cols).values()) * buffers
-
-    if kernel.rowwise:
-        tile_cols = cols
-        if ub_need(1, cols) > ub:
-            raise TilingError(
-                f"{ops[0].path}: one row of {kernel.output} ({cols} elements) "
-                f"needs {ub_need(1, cols)} B of UB for kernel '{kernel.name}' "
-                f"but UB holds {ub} B; try buffers: 1 in its tiling"
-            )
-        tile_rows = max(1, min(-(-rows // hw.cores), ub // ub_need(1, cols)))
-        while tile_rows > 1 and ub_need(tile_rows, cols) > ub:
-            tile_rows -= 1
-    else:
-        per_core = round_up(-(-rows * cols // hw.cores), UB_ALIGN_BYTES)
-        per_elem = ub_need(1, UB_ALIGN_BYTES) / UB_ALIGN_BYTES
-        tile_elems = min(
-            per_core, max(UB_ALIGN_BYTES, int(ub / per_elem) // UB_ALIGN_BYTES * UB_ALIGN_BYTES)
-        )
-        tile_cols = min(cols, tile_elems)
-        tile_rows = max(1, min(rows, tile_elems // tile_cols))
-        while ub_need(tile_rows, tile_cols) > ub and tile_rows > 1:
-            tile_rows -= 1
-    if ub_need(tile_rows, tile_cols) > ub:
-        need = ub_need(tile_rows, tile_cols)
-        raise TilingError(
-            f"{ops[0].path}: the smallest tile of kernel '{kernel.name}' "
-            f"({tile_rows}x{tile_cols} elements) needs {need} B of UB but UB "
-            f"holds {ub} B"
-        )
-    count = -(-rows // tile_rows) * -(-cols // tile_cols) * (2 + 2 * len(ops))
-    if count > MAX_INSTRUCTIONS:
-        raise TooLargeError(
-            f"{ops[0].path}: kernel '{kernel.name}' would need about {count:,} "
-            f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in "
-            "memory; use a smaller problem or a chip with a larger UB"
-        )
-    tiles = [(r, c) for r in range(0, rows, tile_rows) for c in range(0, cols, tile_cols)]
-    cores = []
-    for core_index in range(min(hw.cores, len(tiles))):
-        core = CoreBuilder()
-        chain = VectorChain(core, ops, workload, hw, buffers, tile_rows, tile_cols)
-        for r0, c0 in tiles[core_index :: hw.cores]:
-            r1, c1 = min(rows, r0 + tile_rows), min(cols, c0 + tile_cols)
-            chain.begin_tile(r0, r1, c0, c1)
-            chain.block(c0, c1)
-            chain.end_tile()
-        cores.append(core.build())
-    ins = {name for op in ops for name in op.inputs} - {op.output for op in ops}
-    return KernelProgram(
-        kernel.name,
-        tuple(op.name for op in ops),
-        kernel.fused,
-        "vector",
-        out.dtype,
-        _flops(ops, tensors),
-        tuple(cores),
-        None,
-        sum(read_once_bytes(n, _readers(kernel.ops, n), tensors) for n in ins),
-        out.nbytes,
-        {"UB": ub_need(tile_rows, tile_cols)},
-        vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector),
-    )
-
-
-def _readers(ops: Iterable[Op], name: str) -> list[Op]:
-    return [op for op in ops if name in op.inputs]
-
-
-def _flops(ops, tensors) -> int:
-    return sum(OPS[op.op].flops(operands_of(op, tensors), op.attrs) for op in ops)

@@ -272,8 +272,9 @@ def _blocks_for(
     g = shape.gemms
     core_m = single_core_extent(shape.m, split[1], fm)
     core_n = single_core_extent(shape.n, split[2], column_align(shape, fn))
-    base_m = fixed.base_m or min(core_m, 128)
-    base_n = fixed.base_n or min(core_n, 256)
+    # a core's share is aligned to whole sectors, but a block need not pass the problem
+    base_m = fixed.base_m or min(core_m, round_up(shape.m, fm), 128)
+    base_n = fixed.base_n or min(core_n, round_up(shape.n, fn), 256)
 
     def too_large(base_m: int, base_n: int) -> bool:
         """The blocks overflow L0C, or L0A/L0B even one fractal deep."""
@@ -332,7 +333,9 @@ def _splits(
                 continue
             core_m = single_core_extent(shape.m, split_m, fm)
             core_n = single_core_extent(shape.n, split_n, column_align(shape, fn))
-            if core_m > round_up(shape.m, fm) or core_n > round_up(shape.n, fn):
+            if core_m > round_up(shape.m, fm) or core_n > round_up(
+                shape.n, column_align(shape, fn)
+            ):
                 continue
             options.append(
                 (-(-shape.batch // split_b) * core_m * core_n, (split_b, split_m, split_n))

@@ -154,4 +154,6 @@ def write_chrome_trace(report, path: str | Path) -> None:
         "traceEvents": chrome_trace_events(report),
         "displayTimeUnit": "ns",
     }
-    Path(path).write_text(json.dumps(trace, separators=(",", ":")), encoding="utf-8")
+    Path(path).write_text(
+        json.dumps(trace, separators=(",", ":"), allow_nan=False), encoding="utf-8"
+    )

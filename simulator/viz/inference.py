@@ -25,7 +25,9 @@ def render_inference(d: dict[str, Any]) -> str:
         "",
         f"  time to first token  {d['ttft_us'] / 1e3:10,.2f} ms",
     ]
-    if d["generate"] > 1:
+    if tpot is None:
+        lines.append(f"  time per token       {'-':>10}      ({d['undefined']['tpot_us']})")
+    else:
         lines += [
             f"  time per token       {tpot['mean'] / 1e3:10,.2f} ms   (first "
             f"{tpot['first'] / 1e3:,.2f}, last {tpot['last'] / 1e3:,.2f})",
@@ -41,7 +43,7 @@ def render_inference(d: dict[str, Any]) -> str:
                     for part, j in _grouped(d["energy_j"]["per_token_by_part"]).items()
                 )
             ]
-            if d["energy_j"] and d["generate"] > 1
+            if d["energy_j"] and d["energy_j"]["per_token"] is not None
             else []
         ),
         f"  HBM per token        {fmt_bytes(d['hbm_bytes_per_token']):>10}"
@@ -66,5 +68,9 @@ def render_inference(d: dict[str, Any]) -> str:
         f"{fmt_bytes(footprint['activation_bytes'])}",
         "",
         textwrap.fill(d["method"], 92, initial_indent="  simulated: ", subsequent_indent=" " * 13),
+        *(
+            textwrap.fill(note, 92, initial_indent="  note: ", subsequent_indent=" " * 8)
+            for note in d["notes"]
+        ),
     ]
     return "\n".join(lines)

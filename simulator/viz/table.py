@@ -143,6 +143,8 @@ def energy_lines(energy: dict | None) -> list[str]:
 def describe_tiling(t: dict | None) -> str:
     if t is None:
         return "vector tiles"
+    if "row_chunk" in t:
+        return f"vector tiles: rows in chunks of {t['row_chunk']}, {t['passes']} passes"
     if "block_q" in t:
         chunks = f", keys split {t['splits']} ways" if t["splits"] > 1 else ""
         return f"attention blocks {t['block_q']} queries x {t['block_kv']} keys{chunks}"
