@@ -28,15 +28,18 @@ change to a mechanism is made here and reaches all of them.
                  with graph launch) while the device runs the earlier ones, and a kernel starts
                  its device gap after the one before it ends, or when issued if that is later;
   a kernel's bound: the busier of the Cube (FLOPs at peak) and the vector unit (its work
-                 at its rate on every core), against its bytes at peak HBM bandwidth.
+                 at its rate on every core), against its bytes at peak HBM bandwidth;
+  a collective:  rings over the chip-to-chip link, hierarchical where groups of chips share
+                 a link and a slower one joins the groups.
 """
 
 from __future__ import annotations
 
 import math
 
-from .config.hardware import Cube, Hardware, Vector
+from .config.hardware import Cube, Hardware, Link, Vector
 from .config.workload import Op, Tensor
+from .errors import InvariantError
 from .ops import OPS, operands_of
 
 
@@ -171,6 +174,43 @@ def launch_bound_cycles(kernels: int, hw: Hardware) -> float:
     device = hw.launch_overhead_cycles + (kernels - 1) * hw.kernel_gap
     host = hw.launch_overhead_cycles * (1 if hw.graph_launch else kernels)
     return float(max(device, host))
+
+
+def _ring_cycles(link: Link, chips: int, steps: int, share_bytes: float) -> float:
+    """A ring collective over `chips` chips: the link's start-up once, then `steps` shares
+    sent one after another at its rate (none when alone)."""
+    if chips == 1:
+        return 0.0
+    return link.latency_cycles + steps * share_bytes / link.bytes_per_cycle
+
+
+def all_reduce_cycles(link: Link, chips: int, nbytes: float) -> float:
+    """An all-reduce of `nbytes` on each of `chips` chips. One group: a ring, 2(N - 1)
+    shares of nbytes/N. Groups of g joined by a slower link (`across`): a reduce-scatter in
+    each group, an all-reduce of each chip's nbytes/g share across the groups, an
+    all-gather in each group, as hierarchical collectives run."""
+    group = min(chips, link.group_chips or chips)
+    groups = chips // group
+    if groups == 1:
+        return _ring_cycles(link, chips, 2 * (chips - 1), nbytes / chips)
+    inside = _ring_cycles(link, group, group - 1, nbytes / group)
+    if link.across is None:
+        raise InvariantError(f"{chips} chips in groups of {group} with nothing between groups")
+    share = nbytes / group
+    return 2 * inside + _ring_cycles(link.across, groups, 2 * (groups - 1), share / groups)
+
+
+def all_gather_cycles(link: Link, chips: int, nbytes: float) -> float:
+    """An all-gather of `nbytes` in all, nbytes/N from each of `chips` chips: a ring of N - 1
+    shares; in groups, the shares first gathered across the groups, then within each."""
+    group = min(chips, link.group_chips or chips)
+    groups = chips // group
+    inside = _ring_cycles(link, group, group - 1, nbytes / group)
+    if groups == 1:
+        return inside
+    if link.across is None:
+        raise InvariantError(f"{chips} chips in groups of {group} with nothing between groups")
+    return _ring_cycles(link.across, groups, groups - 1, nbytes / chips) + inside
 
 
 def fractal_steps(m: int, n: int, k: int, fractal: tuple[int, int, int]) -> int:

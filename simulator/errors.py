@@ -96,7 +96,12 @@ class TilingError(SimulatorError):
 
 
 class TooLargeError(TilingError):
-    """A run that would need more instructions than memory can hold."""
+    """A run that would need more instructions than memory can hold; `instructions` is about
+    how many (of one kernel, or of the run), for a caller that words its own refusal."""
+
+    def __init__(self, message: str, instructions: int = 0):
+        super().__init__(message)
+        self.instructions = instructions
 
 
 class CycleBudgetError(SimulatorError):

@@ -22,8 +22,7 @@ both, and `exact=True` turns them off:
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, replace
 
 from .config.hardware import Hardware, load_hardware
 from .config.model import ModelConfig, kv_cache_bytes, load_model, shard
@@ -36,16 +35,16 @@ from .config.transformer import (
     routing,
     step_workload,
 )
+from .cost import all_gather_cycles, all_reduce_cycles
 from .errors import ConfigError, InvariantError, SimulatorError, TooLargeError, check_count
+from .inference_report import TIME_CLASSES, Footprint, InferenceReport, StepTime
 from .pipeline import plan_kernels, simulate
 from .report import SimulationReport
 from .schedule.footprint import RESIDENT_ROLES, tensor_roles
+from .schedule.program import MAX_INSTRUCTIONS
 from .units import format_bytes_decimal as fmt_bytes
-from .version import __version__, format_mark
+from .version import __version__
 
-# The classes a step's time is broken down into: each kernel's time after its launch goes to
-# the class of the work it does; the launch waits are their own class.
-TIME_CLASSES = ("gemm", "attention", "norm", "other", "launch", "communication")
 ATTENTION_OPS = ("qk", "softmax", "pv")
 # simulated first: the first layer follows the embedding and the last meets the head (a
 # fused kernel may span the two), so the two between are the first that can repeat
@@ -59,191 +58,6 @@ MAX_CHIPS = 64  # the largest tensor-parallel group a refusal suggests
 # prefill and three decode steps of four layers) is 16
 WORK_LIMIT_LAYER_STEPS = 2_000
 ACTIVATION_BYTES = 2  # fp16 activations cross the links
-
-
-@dataclass(frozen=True)
-class StepTime:
-    """One step of the whole model: simulated, or (decode) interpolated between two that were."""
-
-    phase: str
-    context: int
-    cycles: float
-    by_class_cycles: Mapping[str, float]
-    hbm_bytes: float
-    layers_simulated: int  # 0: interpolated
-    energy: Mapping[str, float] | None  # one chip's joules by where they went; None: no figures
-
-
-@dataclass(frozen=True)
-class Footprint:
-    """HBM bytes the run needs on each chip: the weights, the KV cache at the longest context
-    and the activations of the largest step's layer."""
-
-    weight_bytes: int
-    kv_cache_bytes: int
-    activation_bytes: int
-    hbm_capacity_bytes: int
-
-    @property
-    def total_bytes(self) -> int:
-        return self.weight_bytes + self.kv_cache_bytes + self.activation_bytes
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "weight_bytes": self.weight_bytes,
-            "kv_cache_bytes": self.kv_cache_bytes,
-            "activation_bytes": self.activation_bytes,
-            "total_bytes": self.total_bytes,
-            "hbm_capacity_bytes": self.hbm_capacity_bytes,
-        }
-
-
-@dataclass(frozen=True)
-class InferenceReport:
-    """A request's time, end to end. Times in µs, from the simulated cycles."""
-
-    model: str
-    hardware: str
-    clock_ghz: float
-    batch: int
-    prompt: int
-    generate: int
-    fusion: str
-    weights: str
-    chips: int  # in tensor parallel; times are the group's, the footprint one chip's
-    prefill: StepTime
-    # the decode steps simulated, by context: the first and the last of the request's, and
-    # (unless every one is) some between; the steps between two are taken on the line
-    # between them (decode_sum), so a long generation holds no record per step
-    decode: tuple[StepTime, ...]
-    footprint: Footprint
-    method: str  # how much was simulated, and what was reused or interpolated
-    notes: tuple[str, ...] = field(default=())  # what a reader must know to trust the figures
-    provenance: Mapping[str, Any] = field(default_factory=dict)  # what produced it: enough to rerun
-
-    def us(self, cycles: float) -> float:
-        return cycles / (self.clock_ghz * 1e3)
-
-    @property
-    def ttft_us(self) -> float:
-        return self.us(self.prefill.cycles)
-
-    @property
-    def decode_steps(self) -> int:
-        """Decode steps in the request: one per generated token after the first."""
-        return self.decode[-1].context - self.decode[0].context + 1 if self.decode else 0
-
-    def decode_sum(self, value: Callable[[StepTime], float]) -> float:
-        """`value` summed over every decode step, those between two simulated steps taken on
-        the line between them: a stretch of n steps from a (included) to b (not) sums to
-        n·a + (b − a)(n − 1)/2."""
-        total = 0.0
-        for a, b in zip(self.decode, self.decode[1:]):
-            n, first, after = b.context - a.context, value(a), value(b)
-            total += n * first + (after - first) * (n - 1) / 2
-        return total + (value(self.decode[-1]) if self.decode else 0.0)
-
-    @property
-    def tpot_us(self) -> dict[str, float] | None:
-        """Time per output token after the first: first, last and mean decode step (None: no
-        decode step, see `undefined`)."""
-        if not self.decode:
-            return None
-        return {
-            "first": self.us(self.decode[0].cycles),
-            "last": self.us(self.decode[-1].cycles),
-            "mean": self.us(self.decode_sum(lambda s: s.cycles) / self.decode_steps),
-        }
-
-    @property
-    def undefined(self) -> dict[str, str]:
-        """The figures this request does not define (null in the JSON), each with why."""
-        if self.decode:
-            return {}
-        why = f"no decode step: generate {self.generate} is the prefill alone"
-        return {"tpot_us": why, "tokens_per_s": why, "energy_j.per_token": why}
-
-    @property
-    def e2e_us(self) -> float:
-        return self.ttft_us + self.us(self.decode_sum(lambda s: s.cycles))
-
-    def energy_j(self) -> dict[str, Any] | None:
-        """Joules of the whole group: the prefill, all decode steps, and per output token
-        (a decode step's over the sequences it serves), that last also by where it went."""
-        if self.prefill.energy is None or any(s.energy is None for s in self.decode):
-            return None
-        parts = self.decode[0].energy or {} if self.decode else {}
-        per_token = {  # every step's joules of the group, per sequence it serves
-            part: self.decode_sum(_energy_part(part)) * self.chips / self.batch for part in parts
-        }
-        steps = self.decode_steps
-        return {
-            "prefill": sum(self.prefill.energy.values()) * self.chips,
-            "decode": sum(per_token.values()) * self.batch,
-            "per_token": sum(per_token.values()) / steps if steps else None,
-            "per_token_by_part": {part: j / steps for part, j in per_token.items()}
-            if steps
-            else None,
-        }
-
-    def summary(self) -> str:
-        from .viz.inference import render_inference
-
-        return render_inference(self.to_dict())
-
-    def to_dict(self) -> dict[str, Any]:
-        decode_cycles = self.decode_sum(lambda s: s.cycles)
-        tpot = self.tpot_us
-        return {
-            "format": format_mark("inference"),
-            "model": self.model,
-            "hardware": self.hardware,
-            "batch": self.batch,
-            "prompt": self.prompt,
-            "generate": self.generate,
-            "fusion": self.fusion,
-            "weights": self.weights,
-            "chips": self.chips,
-            "ttft_us": self.ttft_us,
-            "tpot_us": tpot,
-            "tokens_per_s": None if tpot is None else self.batch * 1e6 / tpot["mean"],
-            "e2e_us": self.e2e_us,
-            "breakdown_us": {
-                "prefill": {c: self.us(v) for c, v in self.prefill.by_class_cycles.items()},
-                "decode": {c: self.us(self.decode_sum(_class_cycles(c))) for c in TIME_CLASSES},
-            },
-            "hbm_bytes_per_token": self.chips  # every chip of the group reads its share
-            * (
-                self.decode_sum(lambda s: s.hbm_bytes) / self.decode_steps / self.batch
-                if self.decode
-                else self.prefill.hbm_bytes / (self.batch * self.prompt)
-            ),
-            "memory_footprint": self.footprint.to_dict(),
-            "energy_j": self.energy_j(),
-            "decode_cycles": decode_cycles,
-            "steps": [
-                {
-                    "phase": s.phase,
-                    "context": s.context,
-                    "time_us": self.us(s.cycles),
-                    "layers_simulated": s.layers_simulated,
-                }
-                for s in (self.prefill, *self.decode)
-                if s.layers_simulated
-            ],
-            "method": self.method,
-            "notes": list(self.notes),
-            "undefined": self.undefined,
-            "provenance": dict(self.provenance),
-        }
-
-
-def _class_cycles(name: str) -> Callable[[StepTime], float]:
-    return lambda step: step.by_class_cycles[name]
-
-
-def _energy_part(name: str) -> Callable[[StepTime], float]:
-    return lambda step: (step.energy or {})[name]
 
 
 def infer(
@@ -287,11 +101,15 @@ def infer(
         ("decode_points", decode_points),
     ):
         check_count(name, value)
-    if chips > 1 and hardware.link is None:
-        raise SimulatorError(
-            f"{hardware.name} names no link to other chips (link: in its preset), so tensor "
-            f"parallelism over {chips} chips cannot be modelled"
-        )
+    if chips > 1:
+        if hardware.link is None:
+            raise SimulatorError(
+                f"{hardware.name} names no link to other chips (link: in its preset), so "
+                f"tensor parallelism over {chips} chips cannot be modelled"
+            )
+        why = hardware.link.refusal(chips)
+        if why is not None:
+            raise SimulatorError(f"--chips {chips}: {hardware.name} cannot join them: {why}")
     if isinstance(generate, bool) or not isinstance(generate, int) or generate < 0:
         raise SimulatorError(f"generate must be a whole number of tokens, got {generate!r}")
     if fusion not in ("none", "auto"):
@@ -312,9 +130,12 @@ def infer(
             return simulate(step_workload(part, hardware, step, layers, fusion, weights))
         except TooLargeError as exc:
             raise TooLargeError(
-                f"{exc}\n{model.name}'s {step.phase} of {batch} x {step.new_tokens} tokens is "
-                f"simulated {layers} layer{'s' * (layers != 1)} at a time, which is too "
-                "large for one run: use a shorter --prompt or a smaller --batch"
+                f"--prompt {prompt} --batch {batch}: {model.name}'s {step.phase} of "
+                f"{batch} x {step.new_tokens:,} tokens, {layers} layer{'s' * (layers != 1)} "
+                f"at a time, needs about {exc.instructions:,} instructions in one run, more "
+                f"than the {MAX_INSTRUCTIONS:,} a run holds in memory; use a shorter "
+                "--prompt or a smaller --batch",
+                exc.instructions,
             ) from None
 
     def whole(step: Step, index: int, planned: int) -> StepTime:
@@ -518,6 +339,44 @@ def _footprint(
     )
 
 
+def fewest_chips(
+    model: ModelConfig,
+    hardware: Hardware,
+    prompt: int,
+    generate: int,
+    batch: int = 1,
+    fusion: str = "auto",
+    weights: str = "fp16",
+) -> int | None:
+    """The fewest chips, in tensor parallel over the preset's links, whose shares of the
+    model fit their HBM for this request (None: no group the links join), from footprints
+    alone: nothing is simulated."""
+    prefill = Step("prefill", batch, prompt, prompt)
+    return _fewest_chips(model, hardware, prefill, prompt + generate, fusion, weights, 1)
+
+
+def _fewest_chips(
+    model: ModelConfig,
+    hardware: Hardware,
+    prefill: Step,
+    longest: int,
+    fusion: str,
+    weights: str,
+    start: int,
+) -> int | None:
+    for chips in range(start, MAX_CHIPS + 1):
+        if chips > 1 and (hardware.link is None or hardware.link.refusal(chips) is not None):
+            continue
+        try:
+            candidate = shard(model, chips)
+        except ConfigError:
+            continue
+        need = _footprint(candidate, hardware, prefill, longest, fusion, weights)
+        if need.total_bytes <= need.hbm_capacity_bytes:
+            return chips
+    return None
+
+
 def _refuse(
     model: ModelConfig,
     part: ModelConfig,
@@ -537,17 +396,7 @@ def _refuse(
         f"{fmt_bytes(footprint.weight_bytes)}, KV cache {fmt_bytes(footprint.kv_cache_bytes)}, "
         f"activations {fmt_bytes(footprint.activation_bytes)})"
     )
-    fits = None
-    if hardware.link is not None:
-        for chips in range(part.chips + 1, MAX_CHIPS + 1):
-            try:
-                candidate = shard(model, chips)
-            except ConfigError:
-                continue
-            need = _footprint(candidate, hardware, prefill, longest, fusion, weights)
-            if need.total_bytes <= need.hbm_capacity_bytes:
-                fits = chips
-                break
+    fits = _fewest_chips(model, hardware, prefill, longest, fusion, weights, part.chips + 1)
     advice = (
         f"; it fits on {fits} chips: --chips {fits}"
         if fits
@@ -561,22 +410,19 @@ def _with_communication(
 ) -> StepTime:
     """A step's time with its tensor-parallel collectives: a ring all-reduce of the
     activations after each layer's attention and after its MLP, and an all-gather of the
-    logits. A collective costs the link's start-up once, then its ring's bytes at the link's
-    rate: an all-reduce of S bytes over N chips sends 2(N - 1) shares of S/N, an all-gather
-    N - 1. The collectives are not overlapped with compute."""
+    logits, timed by cost.all_reduce_cycles and all_gather_cycles (rings, hierarchical
+    across groups of chips). The collectives are not overlapped with compute."""
     chips = part.chips
     if chips == 1:
         return time
     link = hardware.link
     if link is None:
         raise InvariantError(f"{chips} chips on {hardware.name}, which has no link")
-
-    def ring(steps: int, nbytes: int) -> float:
-        return link.latency_cycles + steps * nbytes / chips / link.bytes_per_cycle
-
     activations = step.tokens * part.hidden * ACTIVATION_BYTES
     logits = step.batch * part.head_vocab * chips * ACTIVATION_BYTES
-    cycles = 2 * part.layers * ring(2 * (chips - 1), activations) + ring(chips - 1, logits)
+    cycles = 2 * part.layers * all_reduce_cycles(link, chips, activations) + all_gather_cycles(
+        link, chips, logits
+    )
     by_class = dict(time.by_class_cycles)
     by_class["communication"] += cycles
     energy = time.energy  # the chip draws its static power while it waits on the link

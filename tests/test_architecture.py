@@ -20,7 +20,10 @@ LAYERS = (
     ("engine", ("engine",)),  # Program → Trace (SimPy)
     ("analysis", ("analysis",)),  # Trace → report record, roofline
     ("viz", ("viz",)),  # renderings of a report
-    ("orchestration", ("report", "pipeline", "inference", "search", "sweep", "outputs")),
+    (
+        "orchestration",
+        ("report", "pipeline", "inference", "inference_report", "search", "sweep", "outputs"),
+    ),
     ("interface", ("", "cli", "cli_args", "__main__")),  # the package's API and the CLI
 )
 

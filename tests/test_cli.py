@@ -1,6 +1,7 @@
 """The command line as a user meets it: exit codes, one-line errors, no tracebacks."""
 
 import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -126,6 +127,41 @@ def test_readme_shows_real_output():
         assert output_of(command) == shown, (
             f"README block for '{command}' is stale; refresh: python -m tests.refresh_readme"
         )
+
+
+def _readme_commands() -> list[str]:
+    from .refresh_readme import shown_blocks
+
+    return [command for command, _ in shown_blocks((ROOT / "README.md").read_text())]
+
+
+@pytest.mark.parametrize("command", _readme_commands())
+def test_readme_commands_run_at_a_terminal(command):
+    """Each README command as a user at a terminal runs it, progress bars on (the test above
+    runs them piped)."""
+    from .terminal import run_in_terminal
+
+    code, output = run_in_terminal(shlex.split(command)[3:])
+    assert code == 0 and "Traceback" not in output, output[-2000:]
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tune", str(ROOT / "workloads" / "ffn_decode.yaml"), "--top", "1", "--write",
+         "tuned.yaml"],
+        ["run", str(ROOT / "workloads" / "ffn_decode.yaml"), "--trace", "trace.json", "--plot",
+         "plots"],
+        ["sweep", str(ROOT / "workloads" / "ffn_decode.yaml"), "--grid", "params.tokens=1,8",
+         "--csv", "s.csv", "--plot", "s.png"],
+    ],
+)  # fmt: skip
+def test_the_readmes_other_commands_run_at_a_terminal(tmp_path, args):
+    """The README's tune, trace and plot, and sweep commands, on a small workload."""
+    from .terminal import run_in_terminal
+
+    code, output = run_in_terminal(args, cwd=tmp_path)
+    assert code == 0 and "Traceback" not in output, output[-2000:]
 
 
 def test_the_same_run_in_two_processes_writes_the_same_report_byte_for_byte(tmp_path):

@@ -14,10 +14,12 @@ from pathlib import Path
 import pytest
 
 from simulator.config.hardware import load_hardware
-from simulator.config.model import load_model, parse_model
+from simulator.config.model import load_model, model_names, parse_model
 from simulator.config.transformer import Step, step_workload
 from simulator.config.workload import parse_workload
-from simulator.errors import ConfigError
+from simulator.cost import all_reduce_cycles
+from simulator.errors import ConfigError, SimulatorError
+from simulator.inference import fewest_chips, infer
 from simulator.outputs import Output, check_outputs, write_json
 from simulator.pipeline import simulate
 
@@ -257,3 +259,129 @@ def test_class8_a_signal_stops_the_command_its_workers_and_its_files(tmp_path, c
         assert all(row["time_us"] for row in rows)  # only whole rows of finished points
     else:
         assert left == []
+
+
+@pytest.mark.slow
+@pytest.mark.soak
+@pytest.mark.parametrize("chip", ["a100", "h100", "h200"])
+@pytest.mark.parametrize("model", model_names())
+def test_class2_every_shipped_model_runs_on_every_gpu_preset_where_it_fits(model, chip):
+    """On the fewest chips whose shares fit (about ten minutes for all 18: a soak test)."""
+    chips = fewest_chips(load_model(model), load_hardware(chip), prompt=8, generate=2)
+    assert chips is not None, f"{model} fits on no group of {chip}s"
+    report = infer(model, chip, prompt=8, generate=2, chips=chips).to_dict()
+    assert report["ttft_us"] > 0 and report["tpot_us"]["mean"] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("chip, chips", [("h100", 4), ("h100", 8), ("a100", 8)])
+def test_class2_llama2_70b_runs_on_the_deployments_users_choose(chip, chips):
+    """The issue's named deployments (mixtral-8x7b on 2 x h100 is the README's example)."""
+    assert fewest_chips(load_model("llama2-70b"), load_hardware(chip), 16, 1) <= chips
+    report = infer("llama2-70b", chip, prompt=16, generate=1, chips=chips).to_dict()
+    assert report["ttft_us"] > 0
+
+
+def test_class13_chips_beyond_a_presets_links_are_refused_and_groups_cost_more():
+    """ascend910's HCCS joins groups of 4 chips, PCIe the two groups of a server: 8 chips pay
+    the slower link, 6 do not make whole groups, 16 are more than a server."""
+    hw = load_hardware("ascend910")
+    model = parse_model({**TOY, "num_attention_heads": 16, "num_key_value_heads": 16,
+                         "intermediate_size": 1024}, "toy", "<>")  # fmt: skip
+    for chips, problem in ((6, "not whole groups of 4"), (16, "at most 8 chips")):
+        with pytest.raises(SimulatorError, match=problem):
+            infer(model, hw, prompt=8, generate=2, chips=chips)
+    link = hw.link
+    nbytes = 1 << 20
+    within = all_reduce_cycles(link, 4, nbytes)
+    across = all_reduce_cycles(link, 8, nbytes)
+    assert across > within  # the second group is reached over PCIe
+    assert across >= 2 * (3 / 4) * (nbytes / 4) / link.bytes_per_cycle
+    assert across >= link.across.latency_cycles + (nbytes / 4) / link.across.bytes_per_cycle
+
+
+def test_class9_a_request_past_the_work_limit_is_refused_before_it_starts(tiny):
+    """--exact --generate 300 on a 32-layer model is 9,600 layer-steps: refused in a moment,
+    with --yes the way on; a huge generation is summed in closed form, not step by step."""
+    model = parse_model({**TOY, "num_hidden_layers": 32}, "deep", "<>")
+    with pytest.raises(SimulatorError, match=r"9,600 layer-steps .* pass --yes"):
+        infer(model, tiny, prompt=4, generate=300, exact=True)
+    long = parse_model({**TOY, "max_position_embeddings": 1 << 24}, "long", "<>")
+    report = infer(long, tiny, prompt=4, generate=1_000_000, decode_points=2)
+    assert len(report.decode) == 2 and report.decode_steps == 999_999
+    exact = infer(
+        toy_model := parse_model(TOY, "toy", "<>"), tiny, prompt=4, generate=6, exact=True
+    )
+    sampled = infer(toy_model, tiny, prompt=4, generate=6, decode_points=2)
+    assert sampled.e2e_us == pytest.approx(exact.e2e_us, rel=0.01)
+
+
+def test_class9_the_work_limit_is_the_one_the_help_names():
+    from simulator.cli_args import build_parser
+    from simulator.inference import WORK_LIMIT_LAYER_STEPS
+
+    infer_help = build_parser()._subparsers._group_actions[0].choices["infer"].format_help()
+    assert f"{WORK_LIMIT_LAYER_STEPS:,}" in " ".join(infer_help.split())
+
+
+def test_class10_a_one_token_request_defines_no_rate_and_says_why(tiny, tmp_path):
+    report = infer(parse_model(TOY, "toy", "<>"), tiny, prompt=8, generate=1).to_dict()
+    assert report["tpot_us"] is None and report["tokens_per_s"] is None
+    assert report["energy_j"]["per_token"] is None
+    assert "no decode step" in report["undefined"]["tokens_per_s"]
+    json.dumps(report, allow_nan=False)
+    provenance = report["provenance"]
+    assert provenance["simulator_version"] and provenance["hardware"]["name"] == "tiny"
+    assert provenance["options"]["generate"] == 1 and provenance["model"]["hidden"] == 256
+
+
+def test_class10_overrides_are_recorded_and_said_once(tmp_path):
+    out = tmp_path / "r.json"
+    code, output = run_in_terminal(
+        ["infer", "llama2-7b", "--prompt", "4", "--generate", "0", "--set",
+         "num_key_value_heads=8", "--set", "hardware.HBM.bandwidth=2TB/s", "--json", str(out)]
+    )  # fmt: skip
+    assert code == 0, output
+    assert json.loads(out.read_text())["provenance"]["overrides"] == [
+        "num_key_value_heads=8",
+        "hardware.HBM.bandwidth=2TB/s",
+    ]
+    for args, problem in (
+        (["--set", "num_key_value_heads=8", "--set", "num_key_value_heads=4"], "already set"),
+        (["--set", "tie_word_embeddings=yes"], "expected true or false"),
+    ):
+        code, output = run_in_terminal(["infer", "llama2-7b", *args])
+        assert code == 2 and problem in output and "Traceback" not in output, output
+
+
+def test_class11_api_mistakes_say_what_was_expected(tiny):
+    import simulator as sim
+
+    with pytest.raises(TypeError, match="takes a Workload"):
+        sim.plan("workloads/ffn_decode.yaml")
+    with pytest.raises(TypeError, match="takes a model"):
+        sim.infer(3, tiny)
+    with pytest.raises(ValueError, match="decode_points must be at least 2"):
+        sim.infer(parse_model(TOY, "toy", "<>"), tiny, decode_points=1)
+    with pytest.raises(TypeError, match="load_model\\(\\) takes"):
+        sim.load_model(42)
+    assert sim.infer("llama2-7b", "h100", prompt=4, generate=0).hardware == "h100"
+    assert sim.load_model("llama2-7b", ["num_key_value_heads=8"]).kv_heads == 8
+
+
+def test_class12_leftovers_are_refused_in_one_line(tmp_path):
+    workload = tmp_path / "w.yaml"
+    workload.write_text(
+        "name: t\nhardware: tiny\ntensors:\n  a: {shape: [16, 16]}\n"
+        "  big: {shape: [1000000, 1000000]}\nops:\n  - {name: r, op: relu, inputs: [a], "
+        "output: b}\n"
+    )
+    for args, problem in (
+        (["run", str(workload)], "tensors.big: no op reads it (2000.0 GB"),
+        (["run", str(workload), "--set", "schedule.fusion=[]"], "fuses nothing: write none"),
+        (["infer", "llama2-7b", "--hardware", str(ROOT / "workloads" / "ffn_decode.yaml")],
+         "is a workload (it has ops), not a hardware file"),
+    ):  # fmt: skip
+        code, output = run_in_terminal(args)
+        lines = [line for line in output.splitlines() if line.strip()]
+        assert code == 2 and len(lines) == 1 and problem in lines[0], output

@@ -98,10 +98,27 @@ class Vector:
 @dataclass(frozen=True)
 class Link:
     """The chip-to-chip link a tensor-parallel all-reduce crosses: what one chip sends per
-    cycle in one direction, and the start-up of one collective (a small all-reduce's time)."""
+    cycle in one direction, and the start-up of one collective (a small all-reduce's time).
+    Chips may share it in groups (`group_chips`, None: any number), the groups joined by a
+    slower link (`across`), up to `max_chips` in all (None: no limit)."""
 
     bytes_per_cycle: float
     latency_cycles: int
+    group_chips: int | None = None
+    max_chips: int | None = None
+    across: Link | None = None
+
+    def refusal(self, chips: int) -> str | None:
+        """Why `chips` chips cannot be joined by these links, or None if they can."""
+        if self.max_chips is not None and chips > self.max_chips:
+            return f"its links join at most {self.max_chips} chips (link.chips)"
+        group = self.group_chips
+        if group is not None and chips > group:
+            if self.across is None:
+                return f"its link joins groups of at most {group} chips and nothing joins groups"
+            if chips % group:
+                return f"{chips} chips are not whole groups of {group} (link.group)"
+        return None
 
 
 @dataclass(frozen=True)
@@ -323,7 +340,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
             capacity_bytes=f.get("capacity", parse_size),
             peak_bytes_per_cycle=f.get("bandwidth", rate),
             latency_cycles=f.get("latency", latency),
-            efficiency=f.get("efficiency", as_fraction, default=1.0),
+            efficiency=f.get("efficiency", _efficiency, default=1.0),
         )
         f.finish()
 
@@ -398,7 +415,20 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     link = None
     if "link" in top.raw:
         link_f = top.sub("link")
-        link = Link(link_f.get("bandwidth", rate), link_f.get("latency", latency))
+        across = None
+        if "across" in link_f.raw:
+            across_f = link_f.sub("across")
+            across = Link(across_f.get("bandwidth", rate), across_f.get("latency", latency))
+            across_f.finish()
+        link = Link(
+            link_f.get("bandwidth", rate),
+            link_f.get("latency", latency),
+            link_f.get("group", as_int(1, 1 << 16), default=None),
+            link_f.get("chips", as_int(1, 1 << 16), default=None),
+            across,
+        )
+        if across is not None and link.group_chips is None:
+            problems.add("link.across", "joins groups of chips: give link.group, their size")
         link_f.finish()
     energy = None
     if "energy" in top.raw:
@@ -408,7 +438,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         per_mac = {d: mac_f.get(d, lambda v: parse_energy(v, "MAC")) for d in fractal}
         mac_f.finish()
         vector_j = energy_f.get("vector", lambda v: parse_energy(v, "B"))
-        static = energy_f.get("static", parse_power)
+        static = energy_f.get("static", _static_power)
         energy_f.finish()
         energy = Energy(per_byte, per_mac, vector_j, static)
     top.finish()
@@ -446,6 +476,29 @@ def _clock(value: Any) -> float:
             "GHz a chip's clock can be"
         )
     return hertz
+
+
+MIN_EFFICIENCY = 0.01  # of a memory's peak: below it the figure is surely a slip
+MAX_STATIC_W = 10_000.0  # a chip's idle draw; a whole rack's is a slip
+
+
+def _efficiency(value: Any) -> float:
+    fraction = as_fraction(value)
+    if fraction < MIN_EFFICIENCY:
+        raise ValueError(
+            f"{quote(value)} is below the {MIN_EFFICIENCY:g} of its peak any memory reaches"
+        )
+    return fraction
+
+
+def _static_power(value: Any) -> float:
+    watts = parse_power(value)
+    if watts > MAX_STATIC_W:
+        raise ValueError(
+            f"{quote(value)} is more than the {MAX_STATIC_W:,.0f} W one chip can sensibly "
+            "draw (is the unit right?)"
+        )
+    return watts
 
 
 def _rate(clock_hz: float):

@@ -285,7 +285,8 @@ def _refuse_if_too_large(
             f"{kernel.ops[0].path}: fused attention kernel '{kernel.name}' would need about "
             f"{count:,} instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in "
             f"memory ({s.batch} x {s.queries} queries against {s.keys} keys, in blocks of "
-            f"{block_q} x {block_kv}); use a smaller problem"
+            f"{block_q} x {block_kv}); use a smaller problem",
+            count,
         )
 
 

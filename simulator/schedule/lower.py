@@ -82,7 +82,7 @@ def lower(workload: Workload, plan: Plan) -> Program:
             else:
                 programs = (lower_vector(kernel, workload, workload.hardware),)
         except TooLargeError as exc:  # nothing else is worth lowering
-            raise TooLargeError(f"{workload.source}: {exc}") from None
+            raise TooLargeError(f"{workload.source}: {exc}", exc.instructions) from None
         except TilingError as exc:
             problems.append(str(exc))
             continue
@@ -93,7 +93,8 @@ def lower(workload: Workload, plan: Plan) -> Program:
                 f"{workload.source}: the kernels up to '{kernel.name}' already "
                 f"need {total:,} instructions, more than the "
                 f"{MAX_INSTRUCTIONS:,} a run can hold in memory; use larger base "
-                "blocks or a smaller problem"
+                "blocks or a smaller problem",
+                total,
             )
     if problems:
         lines = [line for problem in problems for line in problem.splitlines()]
@@ -223,12 +224,14 @@ def _refuse_if_too_large(workload: Workload, plan: Plan) -> None:
             f"{workload.source}: {kernel.gemms[0].path}: kernel '{kernel.name}' would need "
             f"about {count:,} instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold "
             f"in memory; use larger base blocks (now {t.base_m}x{t.base_n}x{t.base_k}) or a "
-            "smaller problem"
+            "smaller problem",
+            count,
         )
     raise TooLargeError(
         f"{workload.source}: its matmul kernels would need about {total:,} instructions in "
         f"all, more than the {MAX_INSTRUCTIONS:,} a run can hold in memory; use larger base "
-        "blocks or a smaller problem"
+        "blocks or a smaller problem",
+        total,
     )
 
 

@@ -66,7 +66,8 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         raise TooLargeError(
             f"{ops[0].path}: kernel '{kernel.name}' would need about {count:,} "
             f"instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold in "
-            "memory; use a smaller problem or a chip with a larger UB"
+            "memory; use a smaller problem or a chip with a larger UB",
+            count,
         )
     # a core's tiles: (r0, c0) each; split rows deal whole rows, each row's chunks twice
     chunks = range(0, cols, tile_cols)
