@@ -62,6 +62,7 @@ def test_class0_infer_at_a_terminal_shows_progress_and_succeeds():
     code, output = run_in_terminal(["infer", "llama2-7b", "--prompt", "16", "--generate", "2"])
     assert code == 0, output
     assert "Traceback" not in output
+    assert "infer llama2-7b:" in output and "step/s" in output  # the progress bar was drawn
     assert "time to first token" in output
 
 
