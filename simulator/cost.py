@@ -184,33 +184,37 @@ def _ring_cycles(link: Link, chips: int, steps: int, share_bytes: float) -> floa
     return link.latency_cycles + steps * share_bytes / link.bytes_per_cycle
 
 
+def _groups(link: Link, chips: int) -> tuple[int, int, Link]:
+    """(chips per group, groups, the link between groups) of `chips` chips on these links
+    (Link.refusal judged them; one group needs no link between groups: its own stands in)."""
+    group = min(chips, link.group_chips or chips)
+    groups = chips // group
+    if groups == 1:
+        return group, 1, link
+    if link.across is None:
+        raise InvariantError(f"{chips} chips in groups of {group} with nothing between groups")
+    return group, groups, link.across
+
+
 def all_reduce_cycles(link: Link, chips: int, nbytes: float) -> float:
     """An all-reduce of `nbytes` on each of `chips` chips. One group: a ring, 2(N - 1)
     shares of nbytes/N. Groups of g joined by a slower link (`across`): a reduce-scatter in
     each group, an all-reduce of each chip's nbytes/g share across the groups, an
     all-gather in each group, as hierarchical collectives run."""
-    group = min(chips, link.group_chips or chips)
-    groups = chips // group
+    group, groups, between = _groups(link, chips)
     if groups == 1:
         return _ring_cycles(link, chips, 2 * (chips - 1), nbytes / chips)
     inside = _ring_cycles(link, group, group - 1, nbytes / group)
-    if link.across is None:
-        raise InvariantError(f"{chips} chips in groups of {group} with nothing between groups")
-    share = nbytes / group
-    return 2 * inside + _ring_cycles(link.across, groups, 2 * (groups - 1), share / groups)
+    across = _ring_cycles(between, groups, 2 * (groups - 1), nbytes / group / groups)
+    return 2 * inside + across
 
 
 def all_gather_cycles(link: Link, chips: int, nbytes: float) -> float:
     """An all-gather of `nbytes` in all, nbytes/N from each of `chips` chips: a ring of N - 1
     shares; in groups, the shares first gathered across the groups, then within each."""
-    group = min(chips, link.group_chips or chips)
-    groups = chips // group
+    group, groups, between = _groups(link, chips)
     inside = _ring_cycles(link, group, group - 1, nbytes / group)
-    if groups == 1:
-        return inside
-    if link.across is None:
-        raise InvariantError(f"{chips} chips in groups of {group} with nothing between groups")
-    return _ring_cycles(link.across, groups, groups - 1, nbytes / chips) + inside
+    return _ring_cycles(between, groups, groups - 1, nbytes / chips) + inside
 
 
 def fractal_steps(m: int, n: int, k: int, fractal: tuple[int, int, int]) -> int:

@@ -174,12 +174,17 @@ def check_request(config: dict, chip: str, options: dict) -> None:
         assert energy["per_token"] > 0
 
 
-@settings(
-    max_examples=DRAWS,
-    deadline=None,
-    derandomize=True,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+def drawn(examples: int, **options):
+    """Hypothesis settings for draws that take their time (a whole request each)."""
+    return settings(
+        max_examples=examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+        **options,
+    )
+
+
+@drawn(DRAWS, derandomize=True)
 @given(requests(BUDGET))
 def test_a_drawn_request_runs_with_physical_figures_or_is_refused_in_one_line(request):
     check_request(*request)
@@ -187,11 +192,7 @@ def test_a_drawn_request_runs_with_physical_figures_or_is_refused_in_one_line(re
 
 @pytest.mark.slow
 @pytest.mark.soak
-@settings(
-    max_examples=MANY_DRAWS,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@drawn(MANY_DRAWS)
 @given(requests(MANY_BUDGET))
 def test_many_drawn_requests(request):
     check_request(*request)

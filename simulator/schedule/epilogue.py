@@ -264,7 +264,7 @@ class VectorChain:
         name = next(n for n in op.inputs if n in self.slot_of)
         ring, slot = self.slot_of[name]
         elems = (r1 - r0) * (c1 - c0)
-        widest = max(DTYPE_BYTES[self.tensors[n].dtype] for n in (*op.inputs, op.output))
+        widest = self._widest(op)
         spec = OPS[op.op]
         instr = Draft(
             VectorOp,
@@ -283,6 +283,10 @@ class VectorChain:
         ring.last_use(instr, slot)
         self.core.emit(instr)
 
+    def _widest(self, op: Op) -> int:
+        """Bytes per value of the widest tensor an op reads or writes (its vector cost)."""
+        return max(DTYPE_BYTES[self.tensors[n].dtype] for n in (*op.inputs, op.output))
+
     def _load(
         self, name: str, r0: int, r1: int, c0: int, c1: int, gather_start: int | None = None
     ) -> Draft:
@@ -300,7 +304,7 @@ class VectorChain:
         spec = OPS[op.op]
         out = self.tensors[op.output]
         elems = (r1 - r0) * (c1 - c0)
-        widest = max(DTYPE_BYTES[self.tensors[n].dtype] for n in (*op.inputs, op.output))
+        widest = self._widest(op)
         instr = Draft(
             VectorOp,
             "VECTOR",

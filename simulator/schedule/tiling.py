@@ -272,8 +272,8 @@ def _blocks_for(
     g = shape.gemms
     core_m = single_core_extent(shape.m, split[1], fm)
     core_n = single_core_extent(shape.n, split[2], column_align(shape, fn))
-    # a core's share is aligned to whole sectors, but a block need not pass the problem
-    base_m = fixed.base_m or min(core_m, round_up(shape.m, fm), 128)
+    base_m = fixed.base_m or min(core_m, 128)
+    # a core's share of N is aligned to whole sectors, but a block need not pass the problem
     base_n = fixed.base_n or min(core_n, round_up(shape.n, fn), 256)
 
     def too_large(base_m: int, base_n: int) -> bool:
