@@ -24,7 +24,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from validate import attention_ops  # benchmarks/, on the path as this script's folder
+from validation_cases import attention_ops  # benchmarks/, on the path as this script's folder
 
 from simulator.config.hardware import load_hardware
 from simulator.config.workload import parse_workload

@@ -41,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
             "sweep": _sweep,
             "tune": _tune,
             "infer": _infer,
+            "figures": _figures,
         }
         # `kill` stops a run as Ctrl-C does: its workers and temporary files go with it
         with gc_paused(), stopping_on_sigterm():
@@ -129,6 +130,19 @@ def _plan(args) -> int:
 
     workload = load_workload(args.workload, args.overrides)
     print(render_plan(workload, plan(workload)))
+    return 0
+
+
+def _figures(args) -> int:
+    from .config.hardware import load_hardware, preset_names
+    from .viz.figures import figures_dict, render_figures
+
+    chips = [load_hardware(name) for name in args.hardware or preset_names()]
+    if args.json:
+        data = {chip.name: figures_dict(chip, args.kind) for chip in chips}
+        print(json.dumps(data, indent=2, allow_nan=False))
+    else:
+        print("\n\n".join(render_figures(chip, args.kind) for chip in chips))
     return 0
 
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import argparse
 
+from .config.figures import CLASSES, OVERRIDE, UNCLASSIFIED
 from .errors import printable
 from .sweep import PLOTTABLE
 from .version import NAME, __version__
+
+FIGURE_CLASSES = (*CLASSES, OVERRIDE, UNCLASSIFIED)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -92,6 +95,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="overwrite an existing --json file that is not a report of ours",
     )
     _max_cycles(compare)
+
+    figures = sub.add_parser(
+        "figures",
+        help="list a chip's figures by class: datasheet, measured, fitted, assumed",
+        description="List every figure of the presets (or of the hardware files given) by "
+        "class: datasheet, microbenchmark, vendor model, fitted (with the validation rows it "
+        "was fitted on, which cannot then validate it) or assumption, with the sources cited.",
+    )
+    figures.add_argument(
+        "hardware", nargs="*", help="presets or hardware files (default: every preset)"
+    )
+    figures.add_argument(
+        "--class", dest="kind", choices=FIGURE_CLASSES, help="only the figures of this class"
+    )
+    figures.add_argument("--json", action="store_true", help="print JSON instead of tables")
 
     infer = sub.add_parser(
         "infer",

@@ -22,10 +22,13 @@ def _worker_signals() -> None:
 
 
 @contextmanager
-def worker_pool(processes: int) -> Iterator[Pool]:
+def worker_pool(processes: int, tasks_per_worker: int | None = None) -> Iterator[Pool]:
     """A pool of `processes` workers, closed when the block ends and terminated at once if
-    it ends by an exception or an interrupt."""
-    pool = multiprocessing.Pool(processes, initializer=_worker_signals)
+    it ends by an exception or an interrupt; a worker that has done `tasks_per_worker` tasks
+    (None: no limit) is replaced by a fresh one, which gives its memory back."""
+    pool = multiprocessing.Pool(
+        processes, initializer=_worker_signals, maxtasksperchild=tasks_per_worker
+    )
     try:
         yield pool
     except BaseException:

@@ -38,6 +38,8 @@ PUBLISHED_PARAMETERS_B = {
     "mistral-7b": 7.24,
     "qwen2-7b": 7.62,
     "mixtral-8x7b": 46.7,
+    "llama3-8b": 8.03,
+    "llama3-70b": 70.6,
 }
 
 

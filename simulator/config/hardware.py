@@ -26,6 +26,7 @@ from ..units import (
     parse_size,
     parse_time,
 )
+from .figures import Figure, parse_figures
 from .strict import (
     HARDWARE_PREFIX,
     Fields,
@@ -166,6 +167,7 @@ class Hardware:
     link: Link | None = None  # to the other chips of a tensor-parallel group (None: alone)
     energy: Energy | None = None  # None: a hardware file that gives no energy figures
     overrides: tuple[str, ...] = ()  # the --set hardware.* overrides applied, as given
+    figures: tuple[Figure, ...] = ()  # every figure as written, with its class (figures.py)
 
     @property
     def kernel_gap(self) -> int:
@@ -291,8 +293,7 @@ def load_hardware(
 
 _PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
-# Sanity ranges: a figure outside them is a slip (a unit off by a factor of a thousand or a
-# million), not a chip.
+# Sanity ranges: a figure outside them is a slip (a unit off by 1e3 or 1e6), not a chip.
 CLOCK_RANGE_HZ = (1e6, 1e11)  # 1 MHz to 100 GHz
 MAX_LATENCY_S = 100e-6  # the start-up of any memory, engine or unit
 MAX_LAUNCH_OVERHEAD_S = 10e-3  # dispatching one kernel
@@ -441,6 +442,8 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         static = energy_f.get("static", _static_power)
         energy_f.finish()
         energy = Energy(per_byte, per_mac, vector_j, static)
+    top.used.update(("references", "figures"))
+    figures = parse_figures(raw, problems, overrides or {})
     top.finish()
     if not problems.items:
         _check_topology(served, problems)
@@ -464,6 +467,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         epilogue == "registers",
         link,
         energy,
+        figures=figures,
     )
 
 
