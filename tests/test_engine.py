@@ -6,6 +6,8 @@ HBM latency 100 beyond it; HBM 64 B/cycle shared by both cores; L2 port
 Cube start 4 plus one cycle per 16x16x16 fractal.
 """
 
+from dataclasses import replace
+
 import pytest
 
 from simulator.engine.world import simulate_program
@@ -82,6 +84,30 @@ def test_second_read_hits_l2(tiny):
     assert second.l2_hit_bytes == nbytes and second.hbm_bytes == 0
     # a hit skips HBM's latency and crosses the L2 port (128 B/cycle) at MTE2's 64 B/cycle
     assert second.end_cycle - second.start_cycle == MTE2 + L2_LAT + nbytes // 64
+
+
+def test_hits_and_misses_move_at_their_own_paths_rates(tiny):
+    """A chip whose L2 feeds a core faster than HBM misses arrive (ascend910b: the CANN
+    config's l2_read_rate for hits, the vendor model's rate for misses): the miss crosses
+    HBM at the HBM->L1 path's 64 B/cycle, the hit the L2 port at the L2->L1 path's 128."""
+    chip = replace(
+        tiny,
+        engines={
+            **tiny.engines,
+            "MTE2": replace(
+                tiny.engines["MTE2"],
+                path_bytes_per_cycle={
+                    **tiny.engines["MTE2"].path_bytes_per_cycle,
+                    ("L2", "L1"): 128.0,
+                },
+            ),
+        },
+    )
+    nbytes = 4096
+    program = one_kernel([[load("t", nbytes), load("t", nbytes)]], {"t": (1, nbytes // 2, 2)})
+    first, second = simulate_program(program, chip).records
+    assert first.end_cycle - first.start_cycle == MTE2 + L2_LAT + HBM_LAT + nbytes // 64
+    assert second.end_cycle - second.start_cycle == MTE2 + L2_LAT + nbytes // 128
 
 
 def test_two_cores_streaming_share_hbm_equally(tiny):
