@@ -19,7 +19,7 @@ from validation_cases import (
     KernelsCase,
     RequestCase,
     attention_ops,
-    catlass_tile,
+    catlass,
     from_time,
     norm_then_quantize,
 )
@@ -50,28 +50,19 @@ GEMMS = (
     h100("X9", "bf16", 512, 256, 256, 11.46, "XLA sm_90 matmul table"),
     Case("C1", "a100", "fp16", 3456, 4096, 8192, 235.1, "CUTLASS profiler doc, 256x128x32 x3"),
     Case("HH1", "a100", "fp16", 8192, 8192, 8192, 258.0, "thonking.ai (H. He), cuBLAS, randn"),
-    Case(
+    catlass(
         "K1",
-        "ascend910b",
-        "fp16",
         20,
         6144,
         16384,
-        from_time(20, 6144, 16384, 181.4),
-        "catlass matmul_fast_tuning, 181.4 us, default L1 tile (m to 32), B zN",
-        catlass_tile((32, 256, 256), 64),
+        181.4,
+        ", default L1 tile (m to 32), B zN",
+        (32, 256, 256),
+        64,
         b_layout="nz",
     ),
-    Case(
-        "K2",
-        "ascend910b",
-        "fp16",
-        20,
-        6144,
-        16384,
-        from_time(20, 6144, 16384, 238.8),
-        "catlass matmul_fast_tuning, 238.8 us, default L1 tile (m to 32), B row-major",
-        catlass_tile((32, 256, 256), 64),
+    catlass(
+        "K2", 20, 6144, 16384, 238.8, ", default L1 tile (m to 32), B row-major", (32, 256, 256), 64
     ),
     *(
         Case(
@@ -85,18 +76,9 @@ GEMMS = (
             "torch-performance-test-data, 910B2 torch.mm (24 AIC)",
             overrides=B2,
         )
-        for i, (size, tflops) in enumerate(((1024, 98.1), (2048, 251.0), (4096, 314.5)))
-    ),
-    Case(
-        "K6",
-        "ascend910b",
-        "fp16",
-        8192,
-        8192,
-        8192,
-        305.5,
-        "torch-performance-test-data, 910B2 torch.mm (24 AIC)",
-        overrides=B2,
+        for i, (size, tflops) in enumerate(
+            ((1024, 98.1), (2048, 251.0), (4096, 314.5), (8192, 305.5))
+        )
     ),
     Case(
         "K7",

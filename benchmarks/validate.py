@@ -147,6 +147,8 @@ def outcome(case, tuned: bool) -> tuple:
 
 def summary(split: str, errors: dict[str, float]) -> str:
     """A split's median and largest absolute error, and its signed mean (the bias)."""
+    if not errors:
+        return f"{split}: no case ran"
     worst = max(errors, key=lambda id: abs(errors[id]))
     median = statistics.median(abs(e) for e in errors.values())
     bias = statistics.fmean(errors.values())

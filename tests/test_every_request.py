@@ -222,6 +222,10 @@ SIGNAL_RUNS = {
 }  # fmt: skip
 
 
+def _interruptible() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads children from /proc")
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 @pytest.mark.parametrize("command", sorted(SIGNAL_RUNS))
@@ -235,6 +239,9 @@ def test_class8_a_signal_stops_the_command_its_workers_and_its_files(tmp_path, c
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # as at a terminal: a suite started in the background of a script (`... &`) inherits
+        # SIGINT ignored, and a command that inherits it rightly ignores Ctrl-C
+        preexec_fn=_interruptible,
     )
     workers: set[int] = set()
     deadline = time.monotonic() + 60
