@@ -98,7 +98,10 @@ def test_a_figure_without_class_and_a_key_naming_nothing_are_refused():
     everything = {key: "assumption" for key in raw if key not in ("name", "figures", "HBM")}
     found = problems(raw, {**everything, "HBM.capacity": "assumption", "HBM.speed": "assumption"})
     assert "figures.HBM.speed: names no figure or section of this file" in found
-    assert "figures: HBM.bandwidth has no class (e.g. `HBM.bandwidth: assumption`)" in found
+    assert (
+        "figures: 3 figures without a class (HBM.bandwidth, HBM.latency, HBM.efficiency): "
+        "class each, or a section for all its figures (e.g. `HBM: assumption`)"
+    ) in found
 
 
 def test_an_override_is_its_own_class_and_a_file_without_figures_is_unclassified(tmp_path):

@@ -32,6 +32,7 @@ CLASSES = (*CITED, "fitted", "assumption")
 OVERRIDE = "override"  # a figure replaced with --set: it is whatever the user says it is
 UNCLASSIFIED = "unclassified"  # a hardware file without `figures:`
 NOT_FIGURES = ("name", "references", "figures")  # top-level keys that are not figures
+SHOWN_UNCLASSED = 6  # figures the one line about unclassed figures names
 
 _REFERENCE = re.compile(r"\[([A-Za-z0-9_.-]+)\]")
 _CLASS = re.compile(r"(datasheet|microbenchmark|vendor model|fitted|assumption)(?: on (.+))?")
@@ -98,14 +99,14 @@ def parse_figures(
     for key in references:
         if key not in cited:
             problems.add(f"references.{key}", "is cited by no figure (figures: ... [key])")
-    figures = []
+    figures, unclassed = [], []
     for path, value in leaves.items():
         cover = max(
             (k for k in classes if path == k or path.startswith(f"{k}.")), key=len, default=None
         )
         if cover is None:
             if not _overridden(path, overridden):
-                problems.add("figures", f"{path} has no class (e.g. `{path}: assumption`)")
+                unclassed.append(path)
             figures.append(Figure(path, str(value), _kind(path, UNCLASSIFIED, overridden)))
             continue
         kind, keys, rows = classes[cover]
@@ -117,6 +118,15 @@ def parse_figures(
                 tuple((k, references[k]) for k in keys),
                 rows,
             )
+        )
+    if unclassed:
+        more = ", ..." if len(unclassed) > SHOWN_UNCLASSED else ""
+        shown = ", ".join(unclassed[:SHOWN_UNCLASSED]) + more
+        problems.add(
+            "figures",
+            f"{len(unclassed)} figure{'s' * (len(unclassed) != 1)} without a class ({shown}): "
+            f"class each, or a section for all its figures (e.g. `{unclassed[0].split('.')[0]}: "
+            "assumption`)",
         )
     return tuple(figures)
 
