@@ -87,7 +87,7 @@ def parse_figures(
     cited: set[str] = set()
     for key, text in entries.items():
         where = f"figures.{key}"
-        if not any(p == key or p.startswith(f"{key}.") for p in leaves):
+        if not any(_within(p, key) for p in leaves):
             problems.add(where, "names no figure or section of this file")
             continue
         parsed = _parse_class(str(text) if isinstance(text, str) else "", references)
@@ -101,15 +101,10 @@ def parse_figures(
             problems.add(f"references.{key}", "is cited by no figure (figures: ... [key])")
     figures, unclassed = [], []
     for path, value in leaves.items():
-        cover = max(
-            (k for k in classes if path == k or path.startswith(f"{k}.")), key=len, default=None
-        )
-        if cover is None:
-            if not _overridden(path, overridden):
-                unclassed.append(path)
-            figures.append(Figure(path, str(value), _kind(path, UNCLASSIFIED, overridden)))
-            continue
-        kind, keys, rows = classes[cover]
+        cover = max((k for k in classes if _within(path, k)), key=len, default=None)
+        if cover is None and not _overridden(path, overridden):
+            unclassed.append(path)
+        kind, keys, rows = classes[cover] if cover is not None else (UNCLASSIFIED, (), ())
         figures.append(
             Figure(
                 path,
@@ -175,8 +170,13 @@ def _parse_class(
     return kind, keys, ()
 
 
+def _within(path: str, section: str) -> bool:
+    """Whether field `path` is `section` or one of the figures below it."""
+    return path == section or path.startswith(f"{section}.")
+
+
 def _overridden(path: str, overridden: Mapping[str, str]) -> bool:
-    return any(path == o or path.startswith(f"{o}.") for o in overridden)
+    return any(_within(path, o) for o in overridden)
 
 
 def _kind(path: str, kind: str, overridden: Mapping[str, str]) -> str:
