@@ -180,6 +180,7 @@ def gpt_fast(id: str, model: str, chips: int, tokens_per_s: float) -> RequestCas
         f"gpt-fast README, {tokens_per_s} tok/s, 330 W",
         "bf16",
         chips=chips,
+        runtime="cuda-graphs",
     )
 
 
@@ -198,20 +199,44 @@ def lmdeploy(id: str, model: str, batch: int, prompt: int, metric: str, ms: floa
         f"LMDeploy a100_fp16.md, {what}",
         batch=batch,
         chips=chips,
+        runtime="stream",
     )
 
 
 def trt_ttft(id: str, model: str, prompt: int, ms: float, chips: int = 1) -> RequestCase:
     """TensorRT-LLM v0.8.0 performance.md, A100 fp16, batch 1: the first token's latency."""
     return RequestCase(
-        id, "a100", model, prompt, 1, "ttft", ms, "TensorRT-LLM v0.8.0, first token", chips=chips
+        id,
+        "a100",
+        model,
+        prompt,
+        1,
+        "ttft",
+        ms,
+        "TensorRT-LLM v0.8.0, first token",
+        chips=chips,
+        runtime="stream",
     )
 
 
-def vllm(id, hardware, model, batch, prompt, generate, ms, source, chips=1) -> RequestCase:
-    """vLLM's benchmark_latency: one generate() over a batch, end to end."""
+def vllm(
+    id, hardware, model, batch, prompt, generate, ms, source, chips=1, runtime=None
+) -> RequestCase:
+    """vLLM's benchmark_latency: one generate() over a batch, end to end, on the runtime
+    profile of the source's vLLM version (None: a version no profile describes)."""
     return RequestCase(
-        id, hardware, model, prompt, generate, "e2e", ms, source, "bf16", batch, chips
+        id,
+        hardware,
+        model,
+        prompt,
+        generate,
+        "e2e",
+        ms,
+        source,
+        "bf16",
+        batch,
+        chips,
+        runtime=runtime,
     )
 
 
@@ -235,9 +260,9 @@ REQUESTS = (
     vllm("N1", "h200", "llama3-8b", 8, 32, 128, 833.4, "vLLM nightly CI build 9515"),
     vllm("N2", "h200", "llama3-70b", 8, 32, 128, 2077.5, "vLLM nightly CI build 9515", 4),
     vllm("N3", "h200", "mixtral-8x7b", 8, 32, 128, 1917.4, "vLLM nightly CI build 9515", 2),
-    vllm("P1", "h100", "mixtral-8x7b", 1, 1000, 50, 459.0, "vLLM PR #2542", 8),
-    vllm("P3", "a100", "mixtral-8x7b", 1, 1000, 50, 762.1, "vLLM PR #3240", 2),
-    vllm("P5", "h100", "llama3-8b", 1, 256, 32, 236.0, "vLLM PR #23197"),
+    vllm("P1", "h100", "mixtral-8x7b", 1, 1000, 50, 459.0, "vLLM PR #2542", 8, "vllm-v0"),
+    vllm("P3", "a100", "mixtral-8x7b", 1, 1000, 50, 762.1, "vLLM PR #3240", 2, "vllm-v0"),
+    vllm("P5", "h100", "llama3-8b", 1, 256, 32, 236.0, "vLLM PR #23197", runtime="vllm-v1"),
     RequestCase(
         "J1",
         "a100",

@@ -57,6 +57,7 @@ def request_value(case: RequestCase) -> float:
         case.generate,
         weights=case.dtype if case.dtype == "int8" else "fp16",
         chips=case.chips,
+        runtime=case.runtime,
     )
     if case.metric == "energy":
         return report.energy_j()["per_token"]
@@ -187,7 +188,8 @@ def main() -> None:
                 print(
                     f"{case.id:<8} {chip:<11} {case.dtype:<5} {shape:>20} {measured:>10} "
                     f"{simulated:>10} {errors[case.id] * 100:>+7.1f}%  {binding:<8} "
-                    f"{case.source}",
+                    f"{case.source}"
+                    + (f" [{case.runtime}]" if getattr(case, "runtime", None) else ""),
                     flush=True,
                 )
         print()

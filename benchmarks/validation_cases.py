@@ -282,6 +282,9 @@ class RequestCase:
     batch: int = 1
     chips: int = 1  # in tensor parallel
     overrides: tuple[tuple[str, object], ...] = ()  # as Case's
+    # the runtime profile of the engine the source ran (hw_models/runtimes; None: the
+    # hardware file's own launch figures, for an engine no profile describes)
+    runtime: str | None = None
 
     @property
     def shape(self) -> str:
@@ -292,7 +295,15 @@ class RequestCase:
 
 REQUEST_CASES = (
     RequestCase(
-        "D1", "a100", "llama2-7b", 5, 200, "tpot", 1e3 / 104.9, "gpt-fast README, bf16, bs 1"
+        "D1",
+        "a100",
+        "llama2-7b",
+        5,
+        200,
+        "tpot",
+        1e3 / 104.9,
+        "gpt-fast README, bf16, bs 1",
+        runtime="cuda-graphs",
     ),
     RequestCase(
         "D5a",
@@ -303,6 +314,7 @@ REQUEST_CASES = (
         "ttft",
         16.0,
         "TensorRT-LLM v0.5 performance.md, fp16, bs 1",
+        runtime="stream",
     ),
     RequestCase(
         "D5b",
@@ -313,6 +325,7 @@ REQUEST_CASES = (
         "ttft",
         133.0,
         "TensorRT-LLM v0.5 performance.md, fp16, bs 1",
+        runtime="stream",
     ),
 )
 

@@ -29,6 +29,7 @@ _LAZY = {
     "simulate": "pipeline",
     "tune": "search",
     "load_model": "config.model",
+    "load_runtime": "config.runtime",
     "infer": "inference",
 }
 
@@ -54,6 +55,7 @@ __all__ = [
     "ConfigError",
     "SimulatorError",
     "load_hardware",
+    "load_runtime",
     "load_workload",
     "lower_workload",
     "simulate",

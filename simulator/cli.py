@@ -135,9 +135,12 @@ def _plan(args) -> int:
 
 def _figures(args) -> int:
     from .config.hardware import load_hardware, preset_names
+    from .config.runtime import load_runtime, runtime_names
     from .viz.figures import figures_dict, render_figures
 
-    chips = [load_hardware(name) for name in args.hardware or preset_names()]
+    runtimes = runtime_names()
+    names = args.hardware or [*preset_names(), *runtimes]
+    chips = [load_runtime(n) if n in runtimes else load_hardware(n) for n in names]
     if args.json:
         data = {chip.name: figures_dict(chip, args.kind) for chip in chips}
         print(json.dumps(data, indent=2, allow_nan=False))
@@ -151,6 +154,7 @@ def _infer(args) -> int:
 
     from .config.hardware import load_hardware
     from .config.model import load_model
+    from .config.runtime import load_runtime
     from .config.strict import HARDWARE_PREFIX, parse_overrides
     from .inference import WORK_LIMIT_LAYER_STEPS, infer
 
@@ -165,7 +169,11 @@ def _infer(args) -> int:
         [(p[len(HARDWARE_PREFIX) :], v) for p, v in pairs if p.startswith(HARDWARE_PREFIX)],
     )
     model = load_model(args.model, [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)])
-    check_outputs([out] if out else [], (model.source, hardware.source))
+    runtime = None if args.runtime is None else load_runtime(args.runtime)
+    check_outputs(
+        [out] if out else [],
+        (model.source, hardware.source, *([runtime.source] if runtime else [])),
+    )
     tty = sys.stderr.isatty()
     bar = tqdm(desc=f"infer {model.name}", unit="step", leave=False) if tty else None
 
@@ -185,6 +193,7 @@ def _infer(args) -> int:
             fusion=args.fusion,
             weights=args.weights,
             chips=args.chips,
+            runtime=runtime,
             exact=args.exact,
             on_step=on_step,
             work_limit=None if args.yes else WORK_LIMIT_LAYER_STEPS,

@@ -99,12 +99,15 @@ def build_parser() -> argparse.ArgumentParser:
     figures = sub.add_parser(
         "figures",
         help="list a chip's figures by class: datasheet, measured, fitted, assumed",
-        description="List every figure of the presets (or of the hardware files given) by "
-        "class: datasheet, microbenchmark, vendor model, fitted (with the validation rows it "
-        "was fitted on, which cannot then validate it) or assumption, with the sources cited.",
+        description="List every figure of the presets and runtime profiles (or of the "
+        "hardware files given) by class: datasheet, microbenchmark, vendor model, fitted "
+        "(with the validation rows it was fitted on, which cannot then validate it) or "
+        "assumption, with the sources cited.",
     )
     figures.add_argument(
-        "hardware", nargs="*", help="presets or hardware files (default: every preset)"
+        "hardware",
+        nargs="*",
+        help="presets, runtime profiles or hardware files (default: every preset and runtime)",
     )
     figures.add_argument(
         "--class", dest="kind", choices=FIGURE_CLASSES, help="only the figures of this class"
@@ -146,6 +149,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=1,
         help="chips in tensor parallel: heads and MLP columns split, an all-reduce after "
         "attention and after the MLP over the preset's link (default 1)",
+    )
+    infer.add_argument(
+        "--runtime",
+        metavar="RUNTIME",
+        help="the software driving the chip: a profile (cuda-graphs, stream, vllm-v0, "
+        "vllm-v1; python -m simulator figures RUNTIME shows its figures) or a runtime file; "
+        "its launch costs replace the hardware file's and its host time joins every step "
+        "(default: the hardware file's launch figures, no host time)",
     )
     infer.add_argument(
         "--exact", action="store_true", help="simulate every layer of every decode step"

@@ -26,6 +26,7 @@ from dataclasses import asdict, replace
 
 from .config.hardware import Hardware, load_hardware
 from .config.model import ModelConfig, kv_cache_bytes, load_model, shard
+from .config.runtime import Runtime, load_runtime
 from .config.transformer import (
     EXPERTS,
     WEIGHT_DTYPES,
@@ -69,27 +70,40 @@ def infer(
     fusion: str = "auto",
     weights: str = "fp16",
     chips: int = 1,
+    runtime: Runtime | str | None = None,
     exact: bool = False,
     decode_points: int = DECODE_POINTS,
     on_step: Callable[[str, int, int], None] | None = None,
     work_limit: int | None = WORK_LIMIT_LAYER_STEPS,
 ) -> InferenceReport:
     """Simulate one request of `batch` prompts of `prompt` tokens generating `generate`
-    tokens each, on `chips` chips in tensor parallel. `model` and `hardware` are loaded
-    configs, or names (or paths) to load; `decode_points` is how many decode contexts are
-    simulated (at least the first and the last). `on_step(what, step, steps)` hears of each
-    step as its simulation starts (for a progress bar). A request of more than `work_limit`
-    layer-steps (layers simulated x steps; None: no limit) is refused before it starts."""
+    tokens each, on `chips` chips in tensor parallel, driven by `runtime` (a profile, or its
+    name; None: the hardware file's own launch figures and no host time per step). `model`
+    and `hardware` are loaded configs, or names (or paths) to load; `decode_points` is how
+    many decode contexts are simulated (at least the first and the last). `on_step(what,
+    step, steps)` hears of each step as its simulation starts (for a progress bar). A request
+    of more than `work_limit` layer-steps (layers simulated x steps; None: no limit) is
+    refused before it starts."""
     if isinstance(model, str):
         model = load_model(model)
     if isinstance(hardware, str):
         hardware = load_hardware(hardware)
+    if isinstance(runtime, str):
+        runtime = load_runtime(runtime)
     if not isinstance(model, ModelConfig) or not isinstance(hardware, Hardware):
         raise TypeError(
             "infer() takes a model (load_model(name) or its name) and hardware "
             f"(load_hardware(name) or its name), got {type(model).__name__} and "
             f"{type(hardware).__name__}"
         )
+    if runtime is not None:
+        if not isinstance(runtime, Runtime):
+            raise TypeError(
+                f"infer() takes a runtime (load_runtime(name) or its name), got "
+                f"{type(runtime).__name__}"
+            )
+        hardware = runtime.on(hardware)
+    host_cycles = 0 if runtime is None else runtime.step_host_cycles(hardware)
     if decode_points == 1 or (isinstance(decode_points, int) and decode_points < 1):
         raise ValueError(
             f"decode_points must be at least 2 (the first and last contexts), got {decode_points}"
@@ -141,7 +155,8 @@ def infer(
     def whole(step: Step, index: int, planned: int) -> StepTime:
         if on_step:
             on_step(f"{step.phase} @ {step.context}", index, planned)
-        return _with_communication(_whole_model_step(part, step, run, exact), part, hardware, step)
+        time = _with_communication(_whole_model_step(part, step, run, exact), part, hardware, step)
+        return _waited(time, "host", host_cycles, hardware) if host_cycles else time
 
     prefill_step = Step("prefill", batch, prompt, prompt)
     footprint = _footprint(part, hardware, prefill_step, prompt + generate, fusion, weights)
@@ -208,7 +223,8 @@ def infer(
         footprint,
         method,
         tuple(notes),
-        {
+        runtime=None if runtime is None else runtime.name,
+        provenance={
             "simulator_version": __version__,
             "model_file": model.source,
             "model": asdict(model),
@@ -222,6 +238,7 @@ def infer(
                 "fusion": fusion,
                 "weights": weights,
                 "chips": chips,
+                "runtime": None if runtime is None else runtime.to_dict(),
                 "exact": exact,
                 "decode_points": decode_points,
             },
@@ -423,9 +440,15 @@ def _with_communication(
     cycles = 2 * part.layers * all_reduce_cycles(link, chips, activations) + all_gather_cycles(
         link, chips, logits
     )
+    return _waited(time, "communication", cycles, hardware)
+
+
+def _waited(time: StepTime, time_class: str, cycles: float, hardware: Hardware) -> StepTime:
+    """A step `cycles` longer, spent in `time_class` while the chip's units wait (on the
+    link, or on the host) and it draws its static power."""
     by_class = dict(time.by_class_cycles)
-    by_class["communication"] += cycles
-    energy = time.energy  # the chip draws its static power while it waits on the link
+    by_class[time_class] += cycles
+    energy = time.energy
     if energy is not None and hardware.energy is not None:
         waited = hardware.energy.static_watts * cycles / hardware.clock_hz
         energy = {**energy, "static": energy.get("static", 0.0) + waited}

@@ -12,7 +12,7 @@ from .version import format_mark
 
 # The classes a step's time is broken down into: each kernel's time after its launch goes to
 # the class of the work it does; the launch waits are their own class.
-TIME_CLASSES = ("gemm", "attention", "norm", "other", "launch", "communication")
+TIME_CLASSES = ("gemm", "attention", "norm", "other", "launch", "communication", "host")
 
 
 @dataclass(frozen=True)
@@ -74,6 +74,7 @@ class InferenceReport:
     method: str  # how much was simulated, and what was reused or interpolated
     notes: tuple[str, ...] = field(default=())  # what a reader must know to trust the figures
     provenance: Mapping[str, Any] = field(default_factory=dict)  # what produced it: enough to rerun
+    runtime: str | None = None  # the runtime profile that drove the chip (None: its own figures)
 
     def us(self, cycles: float) -> float:
         return cycles / (self.clock_ghz * 1e3)
@@ -158,6 +159,7 @@ class InferenceReport:
             "fusion": self.fusion,
             "weights": self.weights,
             "chips": self.chips,
+            "runtime": self.runtime,
             "ttft_us": self.ttft_us,
             "tpot_us": tpot,
             "tokens_per_s": None if tpot is None else self.batch * 1e6 / tpot["mean"],

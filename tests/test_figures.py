@@ -10,6 +10,7 @@ import pytest
 from simulator import cli
 from simulator.config.figures import CITED, CLASSES, OVERRIDE, UNCLASSIFIED
 from simulator.config.hardware import PRESET_DIR, load_hardware, parse_hardware, preset_names
+from simulator.config.runtime import runtime_names
 from simulator.config.strict import read_yaml
 from simulator.errors import ConfigError
 
@@ -122,7 +123,7 @@ def test_the_figures_command_lists_them_by_class(capsys):
     assert "  assumption\n" not in out and "  references\n    cm: " in out
     assert cli.main(["figures", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert set(data) == set(preset_names())
+    assert set(data) == set(preset_names()) | set(runtime_names())
     every = [f for chip in data.values() for f in chip["figures"]]
     assert {f["class"] for f in every} <= set(CLASSES)
     assert cli.main(["figures", "no-such-chip"]) == 2

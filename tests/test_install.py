@@ -56,8 +56,8 @@ def test_built_wheel_runs_the_main_job_from_another_directory(tmp_path):
     assert build.returncode == 0, build.stderr
     wheel = next((tmp_path / "dist").glob("*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
-    for preset in (ROOT / "hw_models").glob("*.yaml"):
-        assert f"simulator/hw_models/{preset.name}" in names
+    for preset in (ROOT / "hw_models").glob("**/*.yaml"):
+        assert f"simulator/hw_models/{preset.relative_to(ROOT / 'hw_models')}" in names
     for config in (ROOT / "workloads" / "models").glob("*.json"):
         assert f"simulator/model_configs/{config.name}" in names
     # install the wheel alone into a folder of its own and run it from an unrelated folder

@@ -5,14 +5,25 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Protocol
 
 from ..config.figures import CLASSES, OVERRIDE, UNCLASSIFIED, Figure
-from ..config.hardware import Hardware
 
 ORDER = (*CLASSES, OVERRIDE, UNCLASSIFIED)
 
 
-def figures_dict(hardware: Hardware, kind: str | None = None) -> dict:
+class Figured(Protocol):
+    """A file of classed figures: a hardware file or a runtime profile."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def figures(self) -> tuple[Figure, ...]: ...
+
+
+def figures_dict(hardware: Figured, kind: str | None = None) -> dict:
     """One hardware's figures (of one class, if given) as plain data, for --json."""
     return {
         "source": hardware.source,
@@ -29,7 +40,7 @@ def figures_dict(hardware: Hardware, kind: str | None = None) -> dict:
     }
 
 
-def render_figures(hardware: Hardware, kind: str | None = None) -> str:
+def render_figures(hardware: Figured, kind: str | None = None) -> str:
     """A table of `hardware`'s figures grouped by class, then the references they cite."""
     counts = Counter(f.kind for f in hardware.figures)
     lines = [
@@ -63,7 +74,7 @@ def _shown(source: str) -> str:
         return source
 
 
-def _chosen(hardware: Hardware, kind: str | None) -> list[Figure]:
+def _chosen(hardware: Figured, kind: str | None) -> list[Figure]:
     return [f for f in hardware.figures if kind is None or f.kind == kind]
 
 

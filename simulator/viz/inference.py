@@ -21,7 +21,8 @@ def render_inference(d: dict[str, Any]) -> str:
     chips = f"{d['chips']} x " if d["chips"] > 1 else ""
     lines = [
         f"{d['model']} on {chips}{d['hardware']}: batch {d['batch']}, prompt {d['prompt']:,}, "
-        f"generate {d['generate']:,}, fusion {d['fusion']}, {d['weights']} weights",
+        f"generate {d['generate']:,}, fusion {d['fusion']}, {d['weights']} weights"
+        + (f", runtime {d['runtime']}" if d.get("runtime") else ""),
         "",
         f"  time to first token  {d['ttft_us'] / 1e3:10,.2f} ms",
     ]

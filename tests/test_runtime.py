@@ -1,0 +1,125 @@
+"""Runtime profiles: how the host drives the chip. Their figures are classed as a preset's,
+their launch figures replace the chip's, and their host time joins every step once."""
+
+import json
+import math
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from simulator.cli import main
+from simulator.config.figures import CITED, CLASSES
+from simulator.config.hardware import preset_names
+from simulator.config.runtime import Runtime, load_runtime, parse_runtime, runtime_names
+from simulator.config.transformer import Step, step_workload
+from simulator.cost import launch_bound_cycles
+from simulator.errors import ConfigError
+from simulator.inference import infer
+from simulator.pipeline import simulate
+
+from .test_inference import TOY, toy
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from holdout_cases import HOLDOUT  # noqa: E402
+from validation_cases import CALIBRATION  # noqa: E402
+
+
+def profile(**changes) -> Runtime:
+    base = Runtime("test", "<test>", "a test profile", True, 1000, 500, 0)
+    return replace(base, **changes)
+
+
+@pytest.mark.parametrize("name", runtime_names())
+def test_every_runtime_figure_has_a_class_and_a_cited_class_its_source(name):
+    runtime = load_runtime(name)
+    assert runtime.name == name and runtime.name not in preset_names()
+    assert {f.path for f in runtime.figures} == {
+        "launch",
+        "launch_overhead",
+        "kernel_gap",
+        "step_host",
+    }
+    for figure in runtime.figures:
+        assert figure.kind in CLASSES and not figure.rows, figure
+        assert figure.references or figure.kind not in CITED, figure
+
+
+def test_every_validation_row_names_a_runtime_that_exists():
+    named = {c.runtime for c in (*CALIBRATION, *HOLDOUT) if getattr(c, "runtime", None)}
+    assert named and named <= set(runtime_names())
+
+
+def test_a_runtimes_host_time_joins_every_step_once(tiny):
+    """Prefill and each decode step wait `step_host` on the host, in a class of their own,
+    drawing the chip's static power; nothing else moves."""
+    host_ns = 5000
+    bare = infer(toy(), tiny, prompt=16, generate=3, runtime=profile())
+    hosted = infer(toy(), tiny, prompt=16, generate=3, runtime=profile(step_host_ns=host_ns))
+    host_cycles = math.ceil(host_ns * tiny.clock_hz / 1e9)
+    steps = (bare.prefill, *bare.decode), (hosted.prefill, *hosted.decode)
+    for before, after in zip(*steps):
+        assert after.cycles - before.cycles == host_cycles
+        assert after.by_class_cycles["host"] == host_cycles
+        assert before.by_class_cycles["host"] == 0
+        assert after.hbm_bytes == before.hbm_bytes
+        static = tiny.energy.static_watts * host_cycles / tiny.clock_hz
+        assert after.energy["static"] - before.energy["static"] == pytest.approx(static)
+    assert hosted.e2e_us - bare.e2e_us == pytest.approx(3 * host_ns / 1e3, rel=1e-3)
+    assert hosted.to_dict()["runtime"] == "test"
+
+
+def test_a_runtimes_launch_figures_replace_the_chips(tiny):
+    """A stream runtime issues every kernel from the host: a step takes at least its kernels'
+    launches; a graph issues the step once, so a large per-kernel cost no longer binds."""
+    slow = 200_000  # 200 µs per kernel launch
+    stream = profile(graph=False, launch_overhead_ns=slow).on(tiny)
+    graph = profile(graph=True, launch_overhead_ns=slow).on(tiny)
+    assert stream.launch_overhead_cycles == math.ceil(slow * tiny.clock_hz / 1e9)
+    assert stream.kernel_gap == math.ceil(500 * tiny.clock_hz / 1e9)
+    assert (stream.graph_launch, graph.graph_launch) == (False, True)
+    kernels = {}
+    cycles = {}
+    for name, hardware in (("stream", stream), ("graph", graph)):
+        report = simulate(step_workload(toy(), hardware, Step("decode", 1, 1, 17), 2))
+        kernels[name], cycles[name] = len(report.kernels), report.cycles
+    assert kernels["stream"] == kernels["graph"] > 1
+    assert cycles["stream"] >= launch_bound_cycles(kernels["stream"], stream)
+    graphed, streamed = cycles["graph"], cycles["stream"]
+    assert graphed < streamed - (kernels["graph"] - 1) * stream.launch_overhead_cycles / 2
+
+
+def test_a_runtime_file_with_mistakes_names_each_field():
+    raw = {
+        "name": "bad",
+        "launch": "sometimes",
+        "launch_overhead": "3us",
+        "kernel_gap": "200cycles",
+        "step_host": "5s",
+        "bogus": 1,
+        "figures": "assumption",
+    }
+    with pytest.raises(ConfigError) as caught:
+        parse_runtime(raw, "bad.yaml")
+    text = str(caught.value)
+    for field in ("about: is required", "launch:", "kernel_gap:", "step_host:", "bogus:"):
+        assert field in text, (field, text)
+    assert "no clock" in text and "graph or stream" in text
+
+
+def test_the_cli_runs_a_runtime_and_refuses_an_unknown_one_in_one_line(tmp_path, capsys):
+    config = tmp_path / "toy.json"
+    config.write_text(json.dumps(TOY))
+    request = ["infer", str(config), "--hardware", "tiny", "--prompt", "16", "--generate", "2"]
+    assert main([*request, "--runtime", "vllm-v0"]) == 0
+    printed = capsys.readouterr().out
+    assert "toy on tiny: batch 1, prompt 16, generate 2, fusion auto, fp16 weights, " in printed
+    assert "runtime vllm-v0" in printed and "    host " in printed
+    assert main([*request, "--runtime", "nope"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no runtime named 'nope' (runtimes: cuda-graphs" in err[0]
+    assert main(["figures", "vllm-v0"]) == 0
+    assert "step_host        3.8ms         vllm06" in capsys.readouterr().out
