@@ -37,7 +37,8 @@ from __future__ import annotations
 
 import math
 
-from .config.hardware import Cube, Hardware, Link, Vector
+from .config.hardware import Cube, Hardware, Vector
+from .config.link import Link
 from .config.workload import Op, Tensor
 from .errors import InvariantError
 from .ops import OPS, operands_of
@@ -178,10 +179,13 @@ def launch_bound_cycles(kernels: int, hw: Hardware) -> float:
 
 def _ring_cycles(link: Link, chips: int, steps: int, share_bytes: float) -> float:
     """A ring collective over `chips` chips: the link's start-up once, then `steps` shares
-    sent one after another at its rate (none when alone)."""
+    sent one after another, each its hop's latency and its bytes at the link's rate (none
+    when alone)."""
     if chips == 1:
         return 0.0
-    return link.latency_cycles + steps * share_bytes / link.bytes_per_cycle
+    return link.latency_cycles + steps * (
+        link.hop_latency_cycles + share_bytes / link.bytes_per_cycle
+    )
 
 
 def _groups(link: Link, chips: int) -> tuple[int, int, Link]:

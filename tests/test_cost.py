@@ -4,7 +4,9 @@ engine, the lowering and the roofline time things by them (not by copies of them
 import pytest
 
 from simulator import load_workload
+from simulator.config.link import Link
 from simulator.cost import (
+    all_reduce_cycles,
     block_packets,
     compute_cycles,
     cube_call_cycles,
@@ -144,3 +146,15 @@ def test_a_run_saturating_an_engine_is_memory_bound_by_it_not_latency_bound(tiny
     assert report["binding"] == "MTE2" and report["bound"] == "memory"
     assert ceilings["MTE2"] / report["cycles"] >= 0.5
     assert max(ceilings["cube"], ceilings["hbm"]) / report["cycles"] < 0.5
+
+
+@pytest.mark.parametrize("chips", [2, 4, 8])
+def test_a_ring_all_reduce_is_its_start_up_then_each_steps_hop_and_share(chips):
+    """2(N - 1) steps, each a hop's latency and 1/N of the bytes at the link's rate: a small
+    all-reduce grows with the chips, as measured ones do (hw_models/h100.yaml's link)."""
+    link = Link(bytes_per_cycle=100.0, latency_cycles=1000, hop_latency_cycles=50)
+    nbytes = 8000
+    steps = 2 * (chips - 1)
+    expected = 1000 + steps * (50 + nbytes / chips / 100.0)
+    assert all_reduce_cycles(link, chips, nbytes) == pytest.approx(expected)
+    assert all_reduce_cycles(link, 1, nbytes) == 0

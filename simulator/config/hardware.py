@@ -27,6 +27,7 @@ from ..units import (
     parse_time,
 )
 from .figures import Figure, parse_figures
+from .link import Link, parse_link
 from .strict import (
     HARDWARE_PREFIX,
     Fields,
@@ -94,32 +95,6 @@ class Vector:
     bytes_per_cycle: float
     latency_cycles: int
     cost_factor: dict[str, float]  # cost class -> cycles multiplier
-
-
-@dataclass(frozen=True)
-class Link:
-    """The chip-to-chip link a tensor-parallel all-reduce crosses: what one chip sends per
-    cycle in one direction, and the start-up of one collective (a small all-reduce's time).
-    Chips may share it in groups (`group_chips`, None: any number), the groups joined by a
-    slower link (`across`), up to `max_chips` in all (None: no limit)."""
-
-    bytes_per_cycle: float
-    latency_cycles: int
-    group_chips: int | None = None
-    max_chips: int | None = None
-    across: Link | None = None
-
-    def refusal(self, chips: int) -> str | None:
-        """Why `chips` chips cannot be joined by these links, or None if they can."""
-        if self.max_chips is not None and chips > self.max_chips:
-            return f"its links join at most {self.max_chips} chips (link.chips)"
-        group = self.group_chips
-        if group is not None and chips > group:
-            if self.across is None:
-                return f"its link joins groups of at most {group} chips and nothing joins groups"
-            if chips % group:
-                return f"{chips} chips are not whole groups of {group} (link.group)"
-        return None
 
 
 @dataclass(frozen=True)
@@ -413,24 +388,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     kernel_gap = top.get("kernel_gap", _latency(clock, MAX_LAUNCH_OVERHEAD_S), default=None)
     graph_launch = top.get("graph_launch", as_bool, default=False)
     epilogue = top.get("epilogue", one_of("ub", "registers"), default="ub")
-    link = None
-    if "link" in top.raw:
-        link_f = top.sub("link")
-        across = None
-        if "across" in link_f.raw:
-            across_f = link_f.sub("across")
-            across = Link(across_f.get("bandwidth", rate), across_f.get("latency", latency))
-            across_f.finish()
-        link = Link(
-            link_f.get("bandwidth", rate),
-            link_f.get("latency", latency),
-            link_f.get("group", as_int(1, 1 << 16), default=None),
-            link_f.get("chips", as_int(1, 1 << 16), default=None),
-            across,
-        )
-        if across is not None and link.group_chips is None:
-            problems.add("link.across", "joins groups of chips: give link.group, their size")
-        link_f.finish()
+    link = parse_link(top, rate, latency, problems) if "link" in top.raw else None
     energy = None
     if "energy" in top.raw:
         energy_f = top.sub("energy")
