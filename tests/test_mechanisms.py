@@ -4,7 +4,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.config.hardware import load_hardware
 from simulator.config.workload import TilingSpec, parse_workload
 from simulator.engine.world import simulate_program
 from simulator.errors import ConfigError
@@ -261,16 +260,3 @@ def test_a_slice_out_of_range_is_refused_with_the_bounds(tiny):
     }
     with pytest.raises(ConfigError, match=r"from 8 to 20: needs 0 <= start < stop <= 16"):
         parse_workload(raw, "t.yaml", tiny)
-
-
-def test_the_derived_tiling_counts_a_cores_partial_block_as_what_it_moves():
-    """FLUX's up-projection (512 x 12288 x 3072, a 75 MB weight) on h200: 4 x 33 cores give
-    each core one M block and 384 columns (a 256-column block and a 128-column one). Counted
-    as two whole blocks, that split looked slower than 2 x 66, whose cores each read their
-    weight panel twice, the second time after 132 cores streamed more than the L2 holds; the
-    derived tiling now takes the split whose four readers of a panel read it together."""
-    hw = load_hardware("h200")
-    w = matmul_workload(hw, 512, 12288, 3072)
-    report = simulate(w).to_dict()
-    assert report["kernels"][0]["tiling"]["split"] == {"b": 1, "m": 4, "n": 33}
-    assert report["tensors"]["b"]["hbm_read_bytes"] == w.tensors["b"].nbytes

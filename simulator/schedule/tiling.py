@@ -422,16 +422,11 @@ def estimate_cycles(
     waves = t.waves(hw.cores)  # cells the busiest core runs one after another
     blocks = batch * m_blocks * n_blocks * waves
     rows = min(t.base_m, shape.m)
-    # a core's last block along M or N may be partial: the work and bytes per block are
-    # scaled by how much of its whole blocks its share covers
-    m_cover, n_cover = core_m / (m_blocks * rows), core_n / (n_blocks * t.base_n)
     cube: float = (
         blocks
         * k_blocks
         * g
         * cube_call_cycles(hw.cube, rows, t.base_n, t.base_k, hw.cube.fractal[shape.dtype])
-        * m_cover
-        * n_cover
     )
     mte1_latency, rate_a = _route(hw, "L1", "L0A")
     _, rate_b = _route(hw, "L1", "L0B")
@@ -448,8 +443,8 @@ def estimate_cycles(
     chunks = -(-shape.k // chunk)
     a_loads = batch * m_blocks * waves if chunks == 1 and t.order == "n" else blocks * chunks
     b_loads = batch * n_blocks * waves if chunks == 1 and t.order == "m" else blocks * chunks
-    a_load_bytes = a_loads * rows * chunk * shape.a_bytes * m_cover
-    b_load_bytes = g * b_loads * chunk * t.base_n * shape.b_bytes * n_cover
+    a_load_bytes = a_loads * rows * chunk * shape.a_bytes
+    b_load_bytes = g * b_loads * chunk * t.base_n * shape.b_bytes
     mte2_bytes = a_load_bytes + b_load_bytes
     shared = multicast_sides(t, hw.multicast_cores, g)  # a cluster's one read serves all
     port_share = (
