@@ -239,7 +239,7 @@ def load_hardware(
     if where.startswith(OVERRIDE_MARK):
         field = ""
     names_a_file = Path(name_or_path).suffix in (".yaml", ".yml")
-    if not names_a_file and not (_PRESET_NAME.fullmatch(name_or_path) and os.path.isfile(path)):
+    if not names_a_file and not (FILE_NAME.fullmatch(name_or_path) and os.path.isfile(path)):
         raise ConfigError(
             where,
             [
@@ -266,7 +266,7 @@ def load_hardware(
     return replace(parse_hardware(raw, str(path), labels), overrides=tuple(labels.values()))
 
 
-_PRESET_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
+FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a shipped file named bare
 
 # Sanity ranges: a figure outside them is a slip (a unit off by 1e3 or 1e6), not a chip.
 CLOCK_RANGE_HZ = (1e6, 1e11)  # 1 MHz to 100 GHz

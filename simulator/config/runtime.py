@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import math
 import os
-import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ConfigError, Problems, quote
 from ..units import parse_time
 from .figures import Figure, parse_figures
-from .hardware import PRESET_DIR, Hardware
+from .hardware import FILE_NAME, PRESET_DIR, Hardware
 from .strict import Fields, as_name, read_yaml
 
 RUNTIME_DIR = PRESET_DIR / "runtimes"
@@ -89,7 +88,7 @@ def load_runtime(name_or_path: str) -> Runtime:
         path = Path(text)
         if not path.exists():
             raise ConfigError(text, [f"{quote(text)}: no such file"])
-    elif _NAME.fullmatch(text) and os.path.isfile(RUNTIME_DIR / f"{text}.yaml"):
+    elif FILE_NAME.fullmatch(text) and os.path.isfile(RUNTIME_DIR / f"{text}.yaml"):
         path = RUNTIME_DIR / f"{text}.yaml"
     else:
         raise ConfigError(
@@ -111,15 +110,11 @@ def parse_runtime(raw: dict, source: str) -> Runtime:
     launch = top.get("launch_overhead", _ns(MAX_LAUNCH_S))
     gap = top.get("kernel_gap", _ns(MAX_LAUNCH_S))
     step = top.get("step_host", _ns(MAX_STEP_HOST_S))
-    top.get("references", default=None)
-    top.get("figures", default=None)
+    top.used.update(("references", "figures"))  # read by parse_figures, as a preset's
     top.finish()
     figures = parse_figures({k: v for k, v in raw.items() if k != "about"}, problems, {})
     problems.raise_if_any()
     return Runtime(name, source, about, graph, launch, gap, step, figures)
-
-
-_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 
 
 def _text(value: object) -> str:
