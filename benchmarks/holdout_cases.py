@@ -272,6 +272,7 @@ REQUESTS = (
         "energy",
         1828.77 / 420.07,
         "ML.ENERGY v1, FastChat fp16, batch 1, 1828.77 J / 420.07 tokens",
+        runtime="eager",
     ),
     RequestCase(
         "J2",
@@ -282,6 +283,7 @@ REQUESTS = (
         "energy",
         3050.13 / 379.49,
         "ML.ENERGY v1, FastChat fp16, batch 1, 3050.13 J / 379.49 tokens",
+        runtime="eager",
     ),
     # the same runs' times: a response's latency over its mean 420.07 and 379.49 tokens
     RequestCase(
@@ -293,6 +295,7 @@ REQUESTS = (
         "e2e",
         9442.1,
         "ML.ENERGY v1, FastChat fp16, batch 1, 9.4421 s per response",
+        runtime="eager",
     ),
     RequestCase(
         "J2t",
@@ -303,6 +306,7 @@ REQUESTS = (
         "e2e",
         12984.2,
         "ML.ENERGY v1, FastChat fp16, batch 1, 12.9842 s per response",
+        runtime="eager",
     ),
 )
 

@@ -104,6 +104,7 @@ def infer(
             )
         hardware = runtime.on(hardware)
     host_cycles = 0 if runtime is None else runtime.step_host_cycles(hardware)
+    issue_cycles = 0 if runtime is None else runtime.issue_cycles(hardware, model.layers)
     if decode_points == 1 or (isinstance(decode_points, int) and decode_points < 1):
         raise ValueError(
             f"decode_points must be at least 2 (the first and last contexts), got {decode_points}"
@@ -156,6 +157,8 @@ def infer(
         if on_step:
             on_step(f"{step.phase} @ {step.context}", index, planned)
         time = _with_communication(_whole_model_step(part, step, run, exact), part, hardware, step)
+        if issue_cycles > time.cycles:  # the device ran out of issued work and waited
+            time = _waited(time, "host", issue_cycles - time.cycles, hardware)
         return _waited(time, "host", host_cycles, hardware) if host_cycles else time
 
     prefill_step = Step("prefill", batch, prompt, prompt)

@@ -37,12 +37,10 @@ def profile(**changes) -> Runtime:
 def test_every_runtime_figure_has_a_class_and_a_cited_class_its_source(name):
     runtime = load_runtime(name)
     assert runtime.name == name and runtime.name not in preset_names()
-    assert {f.path for f in runtime.figures} == {
-        "launch",
-        "launch_overhead",
-        "kernel_gap",
-        "step_host",
-    }
+    paths = {f.path for f in runtime.figures}
+    assert {"launch", "launch_overhead", "kernel_gap", "step_host"} <= paths
+    assert paths <= {"launch", "launch_overhead", "kernel_gap", "step_host", "layer_host"}
+    assert ("layer_host" in paths) == (runtime.layer_host_ns > 0)
     for figure in runtime.figures:
         assert figure.kind in CLASSES and not figure.rows, figure
         assert figure.references or figure.kind not in CITED, figure
@@ -70,6 +68,26 @@ def test_a_runtimes_host_time_joins_every_step_once(tiny):
         assert after.energy["static"] - before.energy["static"] == pytest.approx(static)
     assert hosted.e2e_us - bare.e2e_us == pytest.approx(3 * host_ns / 1e3, rel=1e-3)
     assert hosted.to_dict()["runtime"] == "test"
+
+
+def test_an_eager_host_binds_a_step_only_when_it_is_slower_than_the_device(tiny):
+    """The device runs behind an eager host: a step takes the longer of its device time and
+    the host's layer_host x layers, the difference as host time at static power."""
+    bare = infer(toy(), tiny, prompt=16, generate=3, runtime=profile())
+    device = [s.cycles for s in (bare.prefill, *bare.decode)]
+    slow_ns = 1_000_000  # 1 ms a layer: longer than any step of the toy
+    slow = infer(toy(), tiny, prompt=16, generate=3, runtime=profile(layer_host_ns=slow_ns))
+    issue = math.ceil(slow_ns * TOY["num_hidden_layers"] * tiny.clock_hz / 1e9)
+    assert issue > max(device)
+    for before, after in zip((bare.prefill, *bare.decode), (slow.prefill, *slow.decode)):
+        assert after.cycles == issue
+        assert after.by_class_cycles["host"] == issue - before.cycles
+        assert after.hbm_bytes == before.hbm_bytes
+        static = tiny.energy.static_watts * (issue - before.cycles) / tiny.clock_hz
+        assert after.energy["static"] - before.energy["static"] == pytest.approx(static)
+    fast = infer(toy(), tiny, prompt=16, generate=3, runtime=profile(layer_host_ns=1))
+    assert [s.cycles for s in (fast.prefill, *fast.decode)] == device
+    assert load_runtime("eager").to_dict()["layer_host_ns"] == 900_000
 
 
 def test_a_runtimes_launch_figures_replace_the_chips(tiny):

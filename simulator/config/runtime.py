@@ -12,10 +12,13 @@ those costs, each figure classed and cited as a hardware file's are (config/figu
     launch_overhead: 4us    # issuing the first kernel (a graph: the one launch)
     kernel_gap: 1.3us       # the device idles this long between dependent kernels
     step_host: 0us          # host time per engine step that the device waits for
+    layer_host: 0us         # host time to issue one layer's ops (an eager framework)
 
 `infer --runtime NAME` puts its launch figures in place of the hardware file's (which stay
 what `run` uses, and what infer uses without --runtime) and adds `step_host` to every step,
-prefill and decode, as its own time class.
+prefill and decode, as its own time class. An eager framework runs Python and its dispatcher
+for every op of every layer while the device runs behind it: a step takes the longer of its
+device time and `layer_host` times the model's layers, the difference in the same class.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from .strict import Fields, as_name, read_yaml
 RUNTIME_DIR = PRESET_DIR / "runtimes"
 MAX_LAUNCH_S = 10e-3  # issuing one kernel (or a graph)
 MAX_STEP_HOST_S = 1.0  # the host's own work on one engine step
+MAX_LAYER_HOST_S = 0.1  # issuing one layer's ops
 GRAPH = "graph"
 
 
@@ -48,6 +52,7 @@ class Runtime:
     launch_overhead_ns: int  # host cost to issue a kernel, or the graph's one launch
     kernel_gap_ns: int  # device idle between a kernel and the next that waits on it
     step_host_ns: int  # host time per engine step the device waits for
+    layer_host_ns: int = 0  # host time to issue one layer's ops, overlapping the device
     figures: tuple[Figure, ...] = ()
 
     def on(self, hardware: Hardware) -> Hardware:
@@ -62,6 +67,10 @@ class Runtime:
     def step_host_cycles(self, hardware: Hardware) -> int:
         return _cycles(self.step_host_ns, hardware)
 
+    def issue_cycles(self, hardware: Hardware, layers: int) -> int:
+        """The host's time to issue a step of `layers` layers, which the device runs behind."""
+        return _cycles(self.layer_host_ns * layers, hardware)
+
     def to_dict(self) -> dict:
         return {
             "name": self.name,
@@ -70,6 +79,7 @@ class Runtime:
             "launch_overhead_ns": self.launch_overhead_ns,
             "kernel_gap_ns": self.kernel_gap_ns,
             "step_host_ns": self.step_host_ns,
+            "layer_host_ns": self.layer_host_ns,
         }
 
 
@@ -110,11 +120,12 @@ def parse_runtime(raw: dict, source: str) -> Runtime:
     launch = top.get("launch_overhead", _ns(MAX_LAUNCH_S))
     gap = top.get("kernel_gap", _ns(MAX_LAUNCH_S))
     step = top.get("step_host", _ns(MAX_STEP_HOST_S))
+    layer = top.get("layer_host", _ns(MAX_LAYER_HOST_S), default=0)
     top.used.update(("references", "figures"))  # read by parse_figures, as a preset's
     top.finish()
     figures = parse_figures({k: v for k, v in raw.items() if k != "about"}, problems, {})
     problems.raise_if_any()
-    return Runtime(name, source, about, graph, launch, gap, step, figures)
+    return Runtime(name, source, about, graph, launch, gap, step, layer, figures)
 
 
 def _text(value: object) -> str:
