@@ -85,6 +85,30 @@ def test_the_derived_default_tiling_is_always_legal(tiny, ascend, m, n, k, chip)
     resolve_tiling(gemm_shape([w.ops[0]], w.tensors), TilingSpec(), hw, "mm")  # TilingError if not
 
 
+def test_the_derived_stage_cuts_rows_on_the_packet_grid_when_that_is_faster():
+    """On a chip whose MTE2 moves 512-byte packets, 5 base-k blocks of 64 fp16 values make
+    640-byte rows, two or three packets each; 4 make one. The derivation estimates both
+    depths and keeps the shallower, and the simulation agrees it is faster."""
+    from dataclasses import replace
+
+    from simulator.config.hardware import load_hardware
+    from simulator.schedule.tiling import default_tiling
+
+    hw = load_hardware("ascend910b")
+    workload = matmul_workload(hw, 2048, 2048, 2048)
+    shape = gemm_shape([workload.ops[0]], workload.tensors)
+    derived = default_tiling(shape, hw)
+    packet = hw.engines["MTE2"].packet_bytes
+    assert derived.base_k * derived.step_k * shape.a_bytes % packet == 0
+    deeper = replace(derived, step_k=derived.step_k + 1)
+    assert deeper.base_k * deeper.step_k * shape.a_bytes % packet != 0
+
+    def cycles(t):
+        return simulate(matmul_workload(hw, 2048, 2048, 2048, tiling=t.to_dict())).cycles
+
+    assert cycles(derived) < cycles(deeper)
+
+
 @pytest.mark.parametrize("split, shared", [({"m": 2, "n": 1}, "B"), ({"m": 1, "n": 2}, "A")])
 def test_a_cluster_shares_the_operand_its_cores_stage_alike(tiny, split, shared):
     """Cores side by side in the M split stage the same B blocks (in the N split, the same A

@@ -244,28 +244,33 @@ def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING
     For each core split that keeps the busiest core within 15% of the least work, and with
     double or single accumulators: base blocks as large as double-buffering in L0 allows (m up
     to 128, n up to 256, then k as deep as L0A/L0B allow) and as many base-k blocks per L1
-    stage as fit; of those, the one the analytic estimate says is fastest. (A single
-    accumulator makes the Cube wait for each block's drain but lets blocks be twice as large,
-    which a long K repays.)
+    stage as fit, or the most whose rows along K are whole MTE2 packets, if fewer; of those,
+    the one the analytic estimate says is fastest. (A single accumulator makes the
+    Cube wait for each block's drain but lets blocks be twice as large, which a long K repays.)
     """
     fm, fn, _ = hw.cube.fractal[shape.dtype]
     accumulators = [fixed]
     if fixed.acc_buffers is None and fixed.buffers != 1:
         accumulators.append(replace(fixed, acc_buffers=1))
     candidates = [
-        _blocks_for(shape, hw, split, spec)
+        tiling
         for split in _splits(shape, hw, fm, fn, fixed)
         for spec in accumulators
+        for tiling in _blocks_for(shape, hw, split, spec)
     ]
     if not candidates:  # a fixed split the shapes cannot use: keep it, the rules say why
         split = (fixed.split_b or 1, fixed.split_m or 1, fixed.split_n or hw.cores)
-        return _blocks_for(shape, hw, split, fixed)
-    return min(candidates, key=lambda t: (estimate_cycles(shape, hw, t), -t.split_b, t.split_m))
+        return _blocks_for(shape, hw, split, fixed)[0]
+    return min(
+        candidates,
+        key=lambda t: (estimate_cycles(shape, hw, t), -t.split_b, t.split_m, -t.step_k),
+    )
 
 
 def _blocks_for(
     shape: MatmulShape, hw: Hardware, split: tuple[int, int, int], fixed: TilingSpec
-) -> Tiling:
+) -> list[Tiling]:
+    """The split's tilings: one per L1 stage depth worth estimating, deepest first."""
     fm, fn, fk = hw.cube.fractal[shape.dtype]
     buffers = fixed.buffers or 2
     acc = fixed.acc_buffers or buffers
@@ -300,20 +305,31 @@ def _blocks_for(
         )
         base_k = max(fk, min(k_room // fk * fk, round_up(shape.k, fk), 256))
     if fixed.step_k:
-        step_k = fixed.step_k
-    else:
+        steps = [fixed.step_k]
+    else:  # as many as fit L1, and the most whose K rows are whole packets, if fewer
         per_step = (base_m * shape.a_bytes + g * base_n * shape.b_bytes) * base_k * buffers
-        step_k = max(1, min(hw.buffer_bytes["L1"] // per_step, round_up(shape.k, fk) // base_k))
-    return Tiling(
-        base_m,
-        base_n,
-        base_k,
-        step_k,
-        fixed.order or "n",
-        buffers,
-        *split,
-        acc_buffers=fixed.acc_buffers,
-    )
+        most = max(1, min(hw.buffer_bytes["L1"] // per_step, round_up(shape.k, fk) // base_k))
+        steps = [most]
+        packet = hw.engines["MTE2"].packet_bytes
+        row_bytes = base_k * max(shape.a_bytes, shape.b_bytes)
+        whole = (
+            next((s for s in range(most, 0, -1) if s * row_bytes % packet == 0), 0) if packet else 0
+        )
+        if 0 < whole < most:
+            steps.append(whole)
+    return [
+        Tiling(
+            base_m,
+            base_n,
+            base_k,
+            step_k,
+            fixed.order or "n",
+            buffers,
+            *split,
+            acc_buffers=fixed.acc_buffers,
+        )
+        for step_k in steps
+    ]
 
 
 def _splits(
