@@ -156,7 +156,9 @@ def infer(
     def whole(step: Step, index: int, planned: int) -> StepTime:
         if on_step:
             on_step(f"{step.phase} @ {step.context}", index, planned)
-        time = _with_communication(_whole_model_step(part, step, run, exact), part, hardware, step)
+        time = _with_communication(
+            _whole_model_step(part, step, run, exact, hardware.clock_hz), part, hardware, step
+        )
         if issue_cycles > time.cycles:  # the device ran out of issued work and waited
             time = _waited(time, "host", issue_cycles - time.cycles, hardware)
         return _waited(time, "host", host_cycles, hardware) if host_cycles else time
@@ -250,9 +252,14 @@ def infer(
 
 
 def _whole_model_step(
-    model: ModelConfig, step: Step, run: Callable[[Step, int], SimulationReport], exact: bool
+    model: ModelConfig,
+    step: Step,
+    run: Callable[[Step, int], SimulationReport],
+    exact: bool,
+    clock_hz: float,
 ) -> StepTime:
-    """A step of the whole model from runs of its first layers (see the module docstring)."""
+    """A step of the whole model from runs of its first layers (see the module docstring),
+    in cycles of `clock_hz`."""
     first = model.layers if exact else min(model.layers, FIRST_LAYERS)
     count = first
     while True:
@@ -263,7 +270,7 @@ def _whole_model_step(
                 raise
             count = 1  # the first layers at once are too large for a run: one, and its repeats
             continue
-        parts = _parts(report)
+        parts = _parts(report, clock_hz)
         if count in (1, model.layers):
             break
         middle, before = parts.get(count - 2), parts.get(count - 3)
@@ -294,20 +301,22 @@ def _repeats(layer: Mapping[str, float], before: Mapping[str, float]) -> bool:
     return all(layer[key] == before[key] for key in PART_KEYS)
 
 
-def _parts(report: SimulationReport) -> dict[int | None, dict[str, float]]:
-    """Cycles, HBM bytes, joules and time per class of each layer's kernels (key: the layer
-    index; None: the embedding and the head)."""
+def _parts(report: SimulationReport, clock_hz: float) -> dict[int | None, dict[str, float]]:
+    """Cycles (of `clock_hz`, the chip's full clock, whatever clock a power cap held the run
+    to), HBM bytes, joules and time per class of each layer's kernels (key: the layer index;
+    None: the embedding and the head)."""
     parts: dict[int | None, dict[str, float]] = {}
+    scale = clock_hz / (report.clock_ghz * 1e9)
     for kernel in report.kernels:
         layer, _ = layer_and_role(kernel.ops[0])
         part = parts.setdefault(layer, dict.fromkeys(PART_KEYS, 0.0))
         hbm = kernel.traffic["HBM"]
-        part["cycles"] += kernel.cycles
+        part["cycles"] += kernel.cycles * scale
         part["hbm_bytes"] += hbm.read_bytes + hbm.write_bytes
         for where, joules in (kernel.energy.parts() if kernel.energy else {}).items():
             part[ENERGY + where] = part.get(ENERGY + where, 0.0) + joules
-        part["launch"] += kernel.launch_cycles
-        part[_time_class(kernel.ops)] += kernel.cycles - kernel.launch_cycles
+        part["launch"] += kernel.launch_cycles * scale
+        part[_time_class(kernel.ops)] += (kernel.cycles - kernel.launch_cycles) * scale
     return parts
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from .analysis.records import Provenance
 from .analysis.report import analyse
+from .config.hardware import Hardware
 from .config.workload import Workload, check_workload
 from .engine.world import simulate_program
 from .errors import check_count, quote
@@ -25,11 +27,31 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> SimulationRep
     """Simulate a loaded workload on its hardware and analyse the trace.
 
     The run stops with a clear error past `max_cycles` (default: 1000 times the roofline
-    bound plus 10 million cycles), so a schedule that never finishes cannot hang."""
-    from .analysis.roofline import roofline
+    bound plus 10 million cycles), so a schedule that never finishes cannot hang. A chip with
+    a power cap (energy.cap) that the run passes at its full clock runs it again at the
+    clock it holds under the cap (energy.cap_clock)."""
 
     check_workload("simulate", workload)
     check_count("max_cycles", max_cycles, optional=True)
+    report = _simulate(workload, max_cycles)
+    capped = power_capped(workload.hardware, report)
+    return report if capped is None else _simulate(replace(workload, hardware=capped), max_cycles)
+
+
+def power_capped(hardware: Hardware, report: SimulationReport) -> Hardware | None:
+    """The chip at the clock its power cap holds it to, if the run drew more than the cap at
+    its full clock (its joules over its time); None if it stayed within it, or has no cap."""
+    energy = hardware.energy
+    if energy is None or energy.cap_watts is None or energy.cap_clock_hz is None:
+        return None
+    if report.energy is None or report.cycles == 0:
+        return None
+    watts = report.energy.total_j / (report.cycles / hardware.clock_hz)
+    return hardware.at_clock(energy.cap_clock_hz) if watts > energy.cap_watts else None
+
+
+def _simulate(workload: Workload, max_cycles: int | None) -> SimulationReport:
+    from .analysis.roofline import roofline
 
     program = lower_workload(workload)
     if max_cycles is None:

@@ -284,3 +284,40 @@ def test_a_slice_out_of_range_is_refused_with_the_bounds(tiny):
     }
     with pytest.raises(ConfigError, match=r"from 8 to 20: needs 0 <= start < stop <= 16"):
         parse_workload(raw, "t.yaml", tiny)
+
+
+def test_a_chip_at_a_lower_clock_keeps_its_cycles_on_chip_and_its_seconds_off_it(tiny):
+    """at_clock: the cores' pipes keep their cycles; HBM, the link and the host keep their
+    rates and latencies in seconds, so they take fewer of the slower clock's cycles."""
+    half = tiny.at_clock(tiny.clock_hz / 2)
+    assert half.full_clock_hz == tiny.clock_hz and half.clock_hz == tiny.clock_hz / 2
+    assert half.cube == tiny.cube and half.engines == tiny.engines
+    assert half.memories["L2"] == tiny.memories["L2"]
+    hbm, slow = tiny.memories["HBM"], half.memories["HBM"]
+    assert slow.peak_bytes_per_cycle == 2 * hbm.peak_bytes_per_cycle
+    assert slow.latency_cycles == -(-hbm.latency_cycles // 2)
+    assert half.launch_overhead_cycles == -(-tiny.launch_overhead_cycles // 2)
+
+
+def test_a_run_past_its_power_cap_runs_again_at_the_capped_clock(tiny):
+    """A cube-bound GEMM draws more than a cap set below its power: it runs at the capped
+    clock, taking the same cycles of it (its pipes are on chip) and so longer in seconds; under
+    a cap above its power, nothing changes."""
+    from dataclasses import replace
+
+    workload = matmul_workload(tiny, 256, 256, 512)
+    free = simulate(workload)
+    watts = free.energy.total_j / (free.cycles / tiny.clock_hz)
+
+    def capped(cap_watts):
+        energy = replace(tiny.energy, cap_watts=cap_watts, cap_clock_hz=tiny.clock_hz / 2)
+        return simulate(replace(workload, hardware=replace(tiny, energy=energy)))
+
+    above = capped(watts * 1.01)
+    assert (above.cycles, above.clock_ghz) == (free.cycles, free.clock_ghz)
+    held = capped(watts * 0.99)
+    assert held.clock_ghz == tiny.clock_hz / 2 / 1e9
+    assert held.provenance.hardware["full_clock_hz"] == tiny.clock_hz
+    assert held.cycles <= free.cycles  # off-chip waits take fewer of the slower cycles
+    assert held.to_dict()["time_us"] > free.to_dict()["time_us"] * 1.5
+    assert "held by the" in held.summary()

@@ -141,3 +141,20 @@ def test_the_cli_runs_a_runtime_and_refuses_an_unknown_one_in_one_line(tmp_path,
     assert len(err) == 1 and "no runtime named 'nope' (runtimes: cuda-graphs" in err[0]
     assert main(["figures", "vllm-v0"]) == 0
     assert "step_host        3.8ms         vllm06" in capsys.readouterr().out
+
+
+def test_a_power_capped_step_counts_its_time_in_the_chips_full_clock(tiny):
+    """A step whose run the power cap held to half the clock takes the run's seconds: its
+    cycles, counted at the full clock, are the capped run's doubled."""
+    energy = replace(
+        tiny.energy, cap_watts=tiny.energy.static_watts, cap_clock_hz=tiny.clock_hz / 2
+    )
+    capped = replace(tiny, energy=energy)  # every run draws more than its static power
+    held = infer(toy(), capped, prompt=16, generate=2, exact=True)
+    prefill = Step("prefill", 1, 16, 16)
+    run = simulate(step_workload(toy(), capped, prefill, TOY["num_hidden_layers"], "auto", "fp16"))
+    assert run.clock_ghz * 1e9 == tiny.clock_hz / 2
+    assert held.prefill.cycles == pytest.approx(2 * run.cycles)
+    free = infer(toy(), tiny, prompt=16, generate=2, exact=True)
+    assert free.ttft_us < held.ttft_us <= 2 * free.ttft_us
+    assert held.to_dict()["hardware"] == free.to_dict()["hardware"]

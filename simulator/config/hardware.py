@@ -8,6 +8,7 @@ clock, every rate bytes per cycle.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 from collections.abc import Sequence
@@ -107,6 +108,10 @@ class Energy:
     joules_per_mac: dict[str, float]  # by Cube dtype
     vector_joules_per_byte: float
     static_watts: float
+    # a board power cap, and the clock the chip holds under it: a run whose power at the
+    # full clock passes the cap runs again at the capped clock (pipeline.simulate)
+    cap_watts: float | None = None
+    cap_clock_hz: float | None = None
 
 
 @dataclass(frozen=True)
@@ -142,6 +147,7 @@ class Hardware:
     link: Link | None = None  # to the other chips of a tensor-parallel group (None: alone)
     energy: Energy | None = None  # None: a hardware file that gives no energy figures
     overrides: tuple[str, ...] = ()  # the --set hardware.* overrides applied, as given
+    full_clock_hz: float | None = None  # the clock before a power cap lowered it (at_clock)
     figures: tuple[Figure, ...] = ()  # every figure as written, with its class (figures.py)
 
     @property
@@ -150,6 +156,32 @@ class Hardware:
             self.launch_overhead_cycles
             if self.kernel_gap_cycles is None
             else self.kernel_gap_cycles
+        )
+
+    def at_clock(self, clock_hz: float) -> Hardware:
+        """This chip with its cores' clock at `clock_hz`: everything on the chip keeps its
+        cycles, while HBM, the links and the host keep their times and rates in seconds."""
+        ratio = clock_hz / self.clock_hz  # cycles of the new clock per cycle of the old
+
+        def off_chip(m: SharedMemory) -> SharedMemory:
+            if m.name != "HBM":
+                return m
+            return replace(
+                m,
+                peak_bytes_per_cycle=m.peak_bytes_per_cycle / ratio,
+                latency_cycles=math.ceil(m.latency_cycles * ratio),
+            )
+
+        return replace(
+            self,
+            clock_hz=clock_hz,
+            memories={n: off_chip(m) for n, m in self.memories.items()},
+            launch_overhead_cycles=math.ceil(self.launch_overhead_cycles * ratio),
+            kernel_gap_cycles=None
+            if self.kernel_gap_cycles is None
+            else math.ceil(self.kernel_gap_cycles * ratio),
+            link=None if self.link is None else self.link.at_clock(ratio),
+            full_clock_hz=self.full_clock_hz or self.clock_hz,
         )
 
     def route(self, source: str, destination: str) -> tuple[Engine, float]:
@@ -172,6 +204,7 @@ class Hardware:
         return {
             "name": self.name,
             "clock_hz": self.clock_hz,
+            "full_clock_hz": self.full_clock_hz,
             "cores": self.cores,
             "memories": {n: asdict(m) for n, m in self.memories.items()},
             "buffer_bytes": dict(self.buffer_bytes),
@@ -398,8 +431,16 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         mac_f.finish()
         vector_j = energy_f.get("vector", lambda v: parse_energy(v, "B"))
         static = energy_f.get("static", _static_power)
+        cap = energy_f.get("cap", _static_power, default=None)
+        cap_clock = energy_f.get("cap_clock", _clock, default=None)
+        if (cap is None) != (cap_clock is None):
+            problems.add(
+                "energy", "cap and cap_clock come together: the cap, and the clock under it"
+            )
+        elif cap_clock is not None and clock_hz and cap_clock > clock_hz:
+            problems.add("energy.cap_clock", "a clock under the power cap is at most the clock")
         energy_f.finish()
-        energy = Energy(per_byte, per_mac, vector_j, static)
+        energy = Energy(per_byte, per_mac, vector_j, static, cap, cap_clock)
     top.used.update(("references", "figures"))
     figures = parse_figures(raw, problems, overrides or {})
     top.finish()

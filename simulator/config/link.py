@@ -3,8 +3,9 @@ file), and its parsing."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import Problems
@@ -26,6 +27,16 @@ class Link:
     max_chips: int | None = None
     across: Link | None = None
     hop_latency_cycles: int = 0
+
+    def at_clock(self, ratio: float) -> Link:
+        """This link timed in cycles of a clock `ratio` times the old one (its seconds kept)."""
+        return replace(
+            self,
+            bytes_per_cycle=self.bytes_per_cycle / ratio,
+            latency_cycles=math.ceil(self.latency_cycles * ratio),
+            hop_latency_cycles=math.ceil(self.hop_latency_cycles * ratio),
+            across=None if self.across is None else self.across.at_clock(ratio),
+        )
 
     def refusal(self, chips: int) -> str | None:
         """Why `chips` chips cannot be joined by these links, or None if they can."""

@@ -23,6 +23,18 @@ def _pct(fraction: float) -> str:
     return f"{fraction * 100:5.1f}%" if fraction >= 0.001 else f"{fraction * 100:5.2f}%"
 
 
+def _capped_clock_line(d: dict) -> list[str]:
+    """A line for a run held to a lower clock by its chip's power cap (pipeline.simulate)."""
+    hw = d["provenance"]["hardware"]
+    if not hw.get("full_clock_hz"):
+        return []
+    cap = hw["energy"]["cap_watts"]
+    return [
+        f"  clock       {hw['clock_hz'] / 1e9:12,.3f} GHz  held by the {cap:,.0f} W power cap "
+        f"(at its full {hw['full_clock_hz'] / 1e9:,.3f} GHz the run draws more)"
+    ]
+
+
 def render_report(report) -> str:
     d = report.to_dict()
     cycles = d["cycles"]
@@ -36,6 +48,7 @@ def render_report(report) -> str:
         f"  time        {d['time_us']:12,.2f} µs   ({cycles:,} cycles)",
         f"  bound       {d['bound']:>12}      roofline {roof['bound_cycles'] * us:,.2f} µs"
         f"  →  efficiency {roof['efficiency'] * 100:.1f}%",
+        *_capped_clock_line(d),
         f"  compute     {d['achieved_tflops']:12,.2f} TFLOPS of {d['peak_tflops']:.1f} peak "
         f"({d['mac_utilization'] * 100:.2f}%)",
         f"  HBM         {d['achieved_hbm_tbps']:12,.3f} TB/s   of "
