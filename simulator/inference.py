@@ -140,9 +140,14 @@ def infer(
 
     part = shard(model, chips)
 
+    capped: dict[str, float] = {}  # phase -> the clock its power cap held a run to
+
     def run(step: Step, layers: int) -> SimulationReport:
         try:
-            return simulate(step_workload(part, hardware, step, layers, fusion, weights))
+            report = simulate(step_workload(part, hardware, step, layers, fusion, weights))
+            if report.clock_ghz != hardware.clock_hz / 1e9:
+                capped[step.phase] = report.clock_ghz * 1e9
+            return report
         except TooLargeError as exc:
             raise TooLargeError(
                 f"--prompt {prompt} --batch {batch}: {model.name}'s {step.phase} of "
@@ -206,7 +211,13 @@ def infer(
             )
         )
     )
-    notes = []
+    notes = [
+        f"{phase} ran at {hz / 1e9:.3f} GHz, held there by {hardware.name}'s "
+        f"{hardware.energy.cap_watts:,.0f} W power cap (its time is counted in cycles of the "
+        f"full {hardware.clock_hz / 1e9:.3f} GHz)"
+        for phase, hz in capped.items()
+        if hardware.energy is not None
+    ]
     if model.experts > 1:  # say how the tokens were taken to reach the experts
         routed = [prefill_step, *([Step("decode", batch, 1, prompt + 1)] if generate > 1 else [])]
         notes.append(
@@ -306,7 +317,8 @@ def _parts(report: SimulationReport, clock_hz: float) -> dict[int | None, dict[s
     to), HBM bytes, joules and time per class of each layer's kernels (key: the layer index;
     None: the embedding and the head)."""
     parts: dict[int | None, dict[str, float]] = {}
-    scale = clock_hz / (report.clock_ghz * 1e9)
+    full_ghz = clock_hz / 1e9  # as the report's clock_ghz is written: equal unless capped
+    scale = 1.0 if report.clock_ghz == full_ghz else full_ghz / report.clock_ghz
     for kernel in report.kernels:
         layer, _ = layer_and_role(kernel.ops[0])
         part = parts.setdefault(layer, dict.fromkeys(PART_KEYS, 0.0))

@@ -27,9 +27,9 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> SimulationRep
     """Simulate a loaded workload on its hardware and analyse the trace.
 
     The run stops with a clear error past `max_cycles` (default: 1000 times the roofline
-    bound plus 10 million cycles), so a schedule that never finishes cannot hang. A chip with
-    a power cap (energy.cap) that the run passes at its full clock runs it again at the
-    clock it holds under the cap (energy.cap_clock)."""
+    bound plus 10 million cycles), so a schedule that never finishes cannot hang. A run
+    whose work passes its chip's power cap (energy.cap) at the chip's clock runs again at the
+    clock the chip holds under the cap, when the preset gives one (energy.cap_clock)."""
 
     check_workload("simulate", workload)
     check_count("max_cycles", max_cycles, optional=True)
@@ -39,15 +39,15 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> SimulationRep
 
 
 def power_capped(hardware: Hardware, report: SimulationReport) -> Hardware | None:
-    """The chip at the clock its power cap holds it to, if the run drew more than the cap at
-    its full clock (its joules over its time); None if it stayed within it, or has no cap."""
+    """The chip at the clock its power cap holds it to, if at its clock the run's work would
+    draw more than the cap (its energy record scaled down to fit); None if it stayed within
+    the cap, the preset gives no capped clock, or the chip already runs at or below it."""
     energy = hardware.energy
-    if energy is None or energy.cap_watts is None or energy.cap_clock_hz is None:
+    if energy is None or energy.cap_clock_hz is None or energy.cap_clock_hz >= hardware.clock_hz:
         return None
-    if report.energy is None or report.cycles == 0:
+    if report.energy is None or report.energy.dynamic_scale >= 1.0:
         return None
-    watts = report.energy.total_j / (report.cycles / hardware.clock_hz)
-    return hardware.at_clock(energy.cap_clock_hz) if watts > energy.cap_watts else None
+    return hardware.at_clock(energy.cap_clock_hz)
 
 
 def _simulate(workload: Workload, max_cycles: int | None) -> SimulationReport:

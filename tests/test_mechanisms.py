@@ -289,6 +289,8 @@ def test_a_slice_out_of_range_is_refused_with_the_bounds(tiny):
 def test_a_chip_at_a_lower_clock_keeps_its_cycles_on_chip_and_its_seconds_off_it(tiny):
     """at_clock: the cores' pipes keep their cycles; HBM, the link and the host keep their
     rates and latencies in seconds, so they take fewer of the slower clock's cycles."""
+    from dataclasses import replace
+
     half = tiny.at_clock(tiny.clock_hz / 2)
     assert half.full_clock_hz == tiny.clock_hz and half.clock_hz == tiny.clock_hz / 2
     assert half.cube == tiny.cube and half.engines == tiny.engines
@@ -297,6 +299,12 @@ def test_a_chip_at_a_lower_clock_keeps_its_cycles_on_chip_and_its_seconds_off_it
     assert slow.peak_bytes_per_cycle == 2 * hbm.peak_bytes_per_cycle
     assert slow.latency_cycles == -(-hbm.latency_cycles // 2)
     assert half.launch_overhead_cycles == -(-tiny.launch_overhead_cycles // 2)
+    assert half.link.bytes_per_cycle == 2 * tiny.link.bytes_per_cycle
+    assert half.link.latency_cycles == -(-tiny.link.latency_cycles // 2)
+    assert half.kernel_gap == -(-tiny.kernel_gap // 2)
+    assert (
+        replace(tiny, kernel_gap_cycles=None).at_clock(tiny.clock_hz / 2).kernel_gap_cycles is None
+    )
 
 
 def test_a_run_past_its_power_cap_runs_again_at_the_capped_clock(tiny):
@@ -321,3 +329,36 @@ def test_a_run_past_its_power_cap_runs_again_at_the_capped_clock(tiny):
     assert held.cycles <= free.cycles  # off-chip waits take fewer of the slower cycles
     assert held.to_dict()["time_us"] > free.to_dict()["time_us"] * 1.5
     assert "held by the" in held.summary()
+    held_s = held.cycles / (tiny.clock_hz / 2)
+    assert held.energy.total_j <= watts * 0.99 * held_s * (1 + 1e-9)  # within the cap
+    at_half = simulate(replace(workload, hardware=tiny.at_clock(tiny.clock_hz / 2)))
+    assert "lowered from its full" in at_half.summary()  # a chip set slower, no cap
+
+
+def test_a_run_past_its_power_cap_spends_no_more_than_the_cap(tiny):
+    """Without a capped clock the run keeps its time, and its work's joules scale down so
+    that, beside static power, it draws exactly the cap; within the cap nothing changes."""
+    from dataclasses import replace
+
+    workload = matmul_workload(tiny, 256, 256, 512)
+    free = simulate(workload)
+    seconds = free.cycles / tiny.clock_hz
+    watts = free.energy.total_j / seconds
+    cap = (watts + tiny.energy.static_watts) / 2
+    hw = replace(tiny, energy=replace(tiny.energy, cap_watts=cap))
+    held = simulate(replace(workload, hardware=hw))
+    assert held.cycles == free.cycles and held.clock_ghz == free.clock_ghz
+    assert held.energy.total_j == pytest.approx(cap * seconds)
+    assert held.energy.static_j == free.energy.static_j
+    assert held.energy.dynamic_scale < 1 == free.energy.dynamic_scale
+    for kernel in held.kernels:  # each kernel within the cap over its own time
+        assert kernel.energy.total_j <= cap * kernel.cycles / tiny.clock_hz * (1 + 1e-9)
+    roomy = replace(tiny, energy=replace(tiny.energy, cap_watts=watts * 1.01))
+    assert simulate(replace(workload, hardware=roomy)).energy == free.energy
+
+
+def test_a_capped_clock_needs_its_cap():
+    from simulator.config.hardware import load_hardware
+
+    with pytest.raises(ConfigError, match="give energy.cap"):
+        load_hardware("tiny", [("energy.cap_clock", "0.5GHz")])

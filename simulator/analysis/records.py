@@ -113,13 +113,30 @@ class EnergyRecord:
     vector_j: float
     static_j: float
     total_j: float
+    # the share of its work's joules the run spends: below 1 when at the preset's figures it
+    # would draw more than the board's power cap, which holds it at the cap
+    dynamic_scale: float = 1.0
 
     @classmethod
     def of(
-        cls, by_level_j: Mapping[str, float], cube_j: float, vector_j: float, static_j: float
+        cls,
+        by_level_j: Mapping[str, float],
+        cube_j: float,
+        vector_j: float,
+        static_j: float,
+        cap_j: float | None = None,
     ) -> EnergyRecord:
+        """The joules of a run; `cap_j` (the cap's watts over the run's time) bounds them: the
+        work's joules scale down to fit it beside the static ones, as a chip at its power cap
+        lowers its voltage and each operation costs less."""
+        dynamic = sum(by_level_j.values()) + cube_j + vector_j
+        scale = 1.0
+        if cap_j is not None and dynamic + static_j > cap_j:
+            scale = max(0.0, cap_j - static_j) / dynamic
+            by_level_j = {level: j * scale for level, j in by_level_j.items()}
+            cube_j, vector_j = cube_j * scale, vector_j * scale
         total = sum(by_level_j.values()) + cube_j + vector_j + static_j
-        return cls(by_level_j, cube_j, vector_j, static_j, total)
+        return cls(by_level_j, cube_j, vector_j, static_j, total, scale)
 
     def parts(self) -> dict[str, float]:
         """Joules by where they went: each level, then the Cube, the vector unit, static."""

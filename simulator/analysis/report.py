@@ -289,7 +289,8 @@ def analyse(
 def _energy(
     hw: Hardware, traffic: dict, kernels: Sequence[KernelProgram], cycles: int
 ) -> EnergyRecord | None:
-    """The joules of `kernels` that moved `traffic` in `cycles`, at the preset's figures."""
+    """The joules of `kernels` that moved `traffic` in `cycles`, at the preset's figures,
+    within its power cap if it gives one."""
     e = hw.energy
     if e is None:
         return None
@@ -299,7 +300,9 @@ def _energy(
     }
     cube = sum(k.cube_flops / 2 * e.joules_per_mac[k.dtype] for k in kernels if k.cube_flops)
     vector = sum(k.vector_work_bytes for k in kernels) * e.vector_joules_per_byte
-    return EnergyRecord.of(by_level, cube, vector, e.static_watts * cycles / hw.clock_hz)
+    seconds = cycles / hw.clock_hz
+    cap_j = None if e.cap_watts is None or not cycles else e.cap_watts * seconds
+    return EnergyRecord.of(by_level, cube, vector, e.static_watts * seconds, cap_j)
 
 
 def _traffic_record(traffic: dict[str, dict[str, int]]) -> dict[str, LevelTraffic]:

@@ -244,9 +244,9 @@ def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING
     For each core split that keeps the busiest core within 15% of the least work, and with
     double or single accumulators: base blocks as large as double-buffering in L0 allows (m up
     to 128, n up to 256, then k as deep as L0A/L0B allow) and as many base-k blocks per L1
-    stage as fit, or the most whose rows along K are whole MTE2 packets, if fewer; of those,
-    the one the analytic estimate says is fastest. (A single accumulator makes the Cube wait
-    for each block's drain but lets blocks be twice as large, which a long K repays.)
+    stage as fit, or the most whose rows of A (along K) are whole MTE2 packets, if fewer; of
+    those, the one the analytic estimate says is fastest. (A single accumulator makes the Cube
+    wait for each block's drain but lets blocks be twice as large, which a long K repays.)
     """
     fm, fn, _ = hw.cube.fractal[shape.dtype]
     accumulators = [fixed]
@@ -306,12 +306,12 @@ def _blocks_for(
         base_k = max(fk, min(k_room // fk * fk, round_up(shape.k, fk), 256))
     if fixed.step_k:
         steps = [fixed.step_k]
-    else:  # as many as fit L1, and the most whose K rows are whole packets, if fewer
+    else:  # as many as fit L1, and the most whose rows of A are whole packets, if fewer
         per_step = (base_m * shape.a_bytes + g * base_n * shape.b_bytes) * base_k * buffers
         most = max(1, min(hw.buffer_bytes["L1"] // per_step, round_up(shape.k, fk) // base_k))
         steps = [most]
         packet = hw.engines["MTE2"].packet_bytes
-        row_bytes = base_k * max(shape.a_bytes, shape.b_bytes)
+        row_bytes = base_k * shape.a_bytes  # A's rows run along K
         whole = (
             next((s for s in range(most, 0, -1) if s * row_bytes % packet == 0), 0) if packet else 0
         )

@@ -24,15 +24,19 @@ def _pct(fraction: float) -> str:
 
 
 def _capped_clock_line(d: dict) -> list[str]:
-    """A line for a run held to a lower clock by its chip's power cap (pipeline.simulate)."""
+    """A line for a run at a lower clock than its chip's: held there by its power cap
+    (pipeline.simulate), or set so (Hardware.at_clock)."""
     hw = d["provenance"]["hardware"]
     if not hw.get("full_clock_hz"):
         return []
-    cap = hw["energy"]["cap_watts"]
-    return [
-        f"  clock       {hw['clock_hz'] / 1e9:12,.3f} GHz  held by the {cap:,.0f} W power cap "
-        f"(at its full {hw['full_clock_hz'] / 1e9:,.3f} GHz the run draws more)"
-    ]
+    cap = (hw.get("energy") or {}).get("cap_watts")
+    why = (
+        f"held by the {cap:,.0f} W power cap (at its full "
+        f"{hw['full_clock_hz'] / 1e9:,.3f} GHz the run draws more)"
+        if cap
+        else f"lowered from its full {hw['full_clock_hz'] / 1e9:,.3f} GHz"
+    )
+    return [f"  clock       {hw['clock_hz'] / 1e9:12,.3f} GHz  {why}"]
 
 
 def render_report(report) -> str:
