@@ -462,12 +462,14 @@ def _tune(args) -> int:
     elapsed = time.perf_counter() - started
     us = 1e6 / workload.hardware.clock_hz
     energy = workload.hardware.energy
-    capped = energy is not None and energy.cap_clock_hz is not None
+    capped = (
+        ", at the full clock: run holds one past the power cap at its capped clock"
+        if energy is not None and energy.cap_clock_hz is not None
+        else ""
+    )
     print(
         f"{workload.name} on {workload.hardware.name}: {len(results)} matmul kernels tuned "
-        f"in {elapsed:.1f} s (each kernel simulated alone, L2 cold"
-        + (", at the full clock: run holds one past the power cap at its capped clock" * capped)
-        + ")\n"
+        f"in {elapsed:.1f} s (each kernel simulated alone, L2 cold{capped})\n"
     )
     for r in results:
         print(f"  {r.kernel}: {r.legal} legal tilings, {r.simulated} simulated")

@@ -145,7 +145,7 @@ def infer(
     def run(step: Step, layers: int) -> SimulationReport:
         try:
             report = simulate(step_workload(part, hardware, step, layers, fusion, weights))
-            if report.clock_ghz != hardware.clock_hz / 1e9:
+            if _clock_scale(report, hardware.clock_hz) != 1.0:
                 capped[step.phase] = report.clock_ghz * 1e9
             return report
         except TooLargeError as exc:
@@ -317,8 +317,7 @@ def _parts(report: SimulationReport, clock_hz: float) -> dict[int | None, dict[s
     to), HBM bytes, joules and time per class of each layer's kernels (key: the layer index;
     None: the embedding and the head)."""
     parts: dict[int | None, dict[str, float]] = {}
-    full_ghz = clock_hz / 1e9  # as the report's clock_ghz is written: equal unless capped
-    scale = 1.0 if report.clock_ghz == full_ghz else full_ghz / report.clock_ghz
+    scale = _clock_scale(report, clock_hz)
     for kernel in report.kernels:
         layer, _ = layer_and_role(kernel.ops[0])
         part = parts.setdefault(layer, dict.fromkeys(PART_KEYS, 0.0))
@@ -330,6 +329,13 @@ def _parts(report: SimulationReport, clock_hz: float) -> dict[int | None, dict[s
         part["launch"] += kernel.launch_cycles * scale
         part[_time_class(kernel.ops)] += (kernel.cycles - kernel.launch_cycles) * scale
     return parts
+
+
+def _clock_scale(report: SimulationReport, clock_hz: float) -> float:
+    """Cycles of `clock_hz` per cycle of the report's run: 1 exactly unless a power cap held
+    the run to a lower clock (the report writes its clock as clock_hz / 1e9)."""
+    full_ghz = clock_hz / 1e9
+    return 1.0 if report.clock_ghz == full_ghz else full_ghz / report.clock_ghz
 
 
 def _time_class(ops: tuple[str, ...]) -> str:

@@ -311,12 +311,11 @@ def _blocks_for(
         most = max(1, min(hw.buffer_bytes["L1"] // per_step, round_up(shape.k, fk) // base_k))
         steps = [most]
         packet = hw.engines["MTE2"].packet_bytes
-        row_bytes = base_k * shape.a_bytes  # A's rows run along K
-        whole = (
-            next((s for s in range(most, 0, -1) if s * row_bytes % packet == 0), 0) if packet else 0
-        )
-        if 0 < whole < most:
-            steps.append(whole)
+        if packet:
+            row_bytes = base_k * shape.a_bytes  # A's rows run along K
+            whole = next((s for s in range(most, 0, -1) if s * row_bytes % packet == 0), 0)
+            if 0 < whole < most:
+                steps.append(whole)
     return [
         Tiling(
             base_m,
