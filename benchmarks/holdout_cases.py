@@ -186,7 +186,8 @@ def gpt_fast(id: str, model: str, chips: int, tokens_per_s: float) -> RequestCas
 
 def lmdeploy(id: str, model: str, batch: int, prompt: int, metric: str, ms: float, chips: int = 1):
     """LMDeploy TurboMind's A100-80G static-batch table (v0.1.0a1, fp16, 128 tokens out):
-    first-token latency at batch 1, the median per-token latency at any batch."""
+    first-token latency at batch 1, the median per-token latency at any batch, on the
+    profile of that engine (its first token comes out of a decode step)."""
     what = "first token" if metric == "ttft" else "p50 per token"
     return RequestCase(
         id,
@@ -199,12 +200,13 @@ def lmdeploy(id: str, model: str, batch: int, prompt: int, metric: str, ms: floa
         f"LMDeploy a100_fp16.md, {what}",
         batch=batch,
         chips=chips,
-        runtime="stream",
+        runtime="turbomind-v01a1",
     )
 
 
 def trt_ttft(id: str, model: str, prompt: int, ms: float, chips: int = 1) -> RequestCase:
-    """TensorRT-LLM v0.8.0 performance.md, A100 fp16, batch 1: the first token's latency."""
+    """TensorRT-LLM v0.8.0 performance.md, A100 fp16, batch 1: the first token's latency, on
+    the profile of the C++ GptSession its gptSessionBenchmark ran."""
     return RequestCase(
         id,
         "a100",
@@ -215,7 +217,7 @@ def trt_ttft(id: str, model: str, prompt: int, ms: float, chips: int = 1) -> Req
         ms,
         "TensorRT-LLM v0.8.0, first token",
         chips=chips,
-        runtime="stream",
+        runtime="trtllm-session",
     )
 
 

@@ -314,7 +314,7 @@ REQUEST_CASES = (
         "ttft",
         16.0,
         "TensorRT-LLM v0.5 performance.md, fp16, bs 1",
-        runtime="stream",
+        runtime="trtllm-session",
     ),
     RequestCase(
         "D5b",
@@ -325,7 +325,7 @@ REQUEST_CASES = (
         "ttft",
         133.0,
         "TensorRT-LLM v0.5 performance.md, fp16, bs 1",
-        runtime="stream",
+        runtime="trtllm-session",
     ),
 )
 

@@ -3,8 +3,9 @@ tokens per second, where the time goes and whether the model fits.
 
 Every step is a generated workload (config/transformer.py) run through the one pipeline: the
 prefill of `batch` prompts, then one decode step per generated token after the first (the
-prefill's logits give the first). Two savings keep a 32-layer model quick; the report states
-both, and `exact=True` turns them off:
+prefill's logits give the first; a runtime with `first_token: decode` prefills all but the
+prompt's last token, and a decode step over that token gives it). Two savings keep a
+32-layer model quick; the report states both, and `exact=True` turns them off:
 
 - Layers: a step simulates the model cut to its first few layers (the final norm and LM
   head still run, on the last one's output). The first layer follows the embedding and the
@@ -26,7 +27,7 @@ from dataclasses import asdict, replace
 
 from .config.hardware import Hardware, load_hardware
 from .config.model import ModelConfig, kv_cache_bytes, load_model, shard
-from .config.runtime import Runtime, load_runtime
+from .config.runtime import DECODE, Runtime, load_runtime
 from .config.transformer import (
     EXPERTS,
     WEIGHT_DTYPES,
@@ -103,7 +104,6 @@ def infer(
                 f"{type(runtime).__name__}"
             )
         hardware = runtime.on(hardware)
-    host_cycles = 0 if runtime is None else runtime.step_host_cycles(hardware)
     issue_cycles = 0 if runtime is None else runtime.issue_cycles(hardware, model.layers)
     if decode_points == 1 or (isinstance(decode_points, int) and decode_points < 1):
         raise ValueError(
@@ -166,15 +166,22 @@ def infer(
         )
         if issue_cycles > time.cycles:  # the device ran out of issued work and waited
             time = _waited(time, "host", issue_cycles - time.cycles, hardware)
+        if runtime is None:
+            return time
+        host_cycles = runtime.step_host_cycles(hardware, step.phase, model.layers)
         return _waited(time, "host", host_cycles, hardware) if host_cycles else time
 
     prefill_step = Step("prefill", batch, prompt, prompt)
     footprint = _footprint(part, hardware, prefill_step, prompt + generate, fusion, weights)
     if footprint.total_bytes > footprint.hbm_capacity_bytes:
         _refuse(model, part, hardware, footprint, prefill_step, prompt + generate, fusion, weights)
+    first_steps = [prefill_step]  # the steps before the first token
+    if runtime is not None and runtime.first_token == DECODE:
+        short = [Step("prefill", batch, prompt - 1, prompt - 1)] if prompt > 1 else []
+        first_steps = [*short, Step("decode", batch, 1, prompt)]
     contexts = range(prompt + 1, prompt + generate)
     sampled = list(contexts) if exact else _spread(contexts, decode_points)
-    planned = 1 + len(sampled)
+    planned = len(first_steps) + len(sampled)
     layer_steps = planned * (model.layers if exact else min(model.layers, FIRST_LAYERS))
     if work_limit is not None and layer_steps > work_limit:
         raise SimulatorError(
@@ -184,9 +191,10 @@ def infer(
             "to run it"
             + ("" if not exact else ", or drop --exact (a few layers at a few contexts)")
         )
-    prefill = whole(prefill_step, 1, planned)
+    prefill = _then([whole(s, 1 + i, planned) for i, s in enumerate(first_steps)])
     decode = tuple(
-        whole(Step("decode", batch, 1, c), 2 + i, planned) for i, c in enumerate(sampled)
+        whole(Step("decode", batch, 1, c), len(first_steps) + 1 + i, planned)
+        for i, c in enumerate(sampled)
     )
     layers = sorted({s.layers_simulated for s in (prefill, *decode)})
     every = len(sampled) == len(contexts)
@@ -218,6 +226,13 @@ def infer(
         for phase, hz in capped.items()
         if hardware.energy is not None
     ]
+    if len(first_steps) > 1 or first_steps[0].phase == "decode":
+        notes.append(
+            f"runtime {runtime.name if runtime else ''} leaves the prompt's last token to its "
+            f"first decode step: the first token follows "
+            + (f"a prefill of {prompt - 1:,} tokens and " if prompt > 1 else "")
+            + f"a decode step at context {prompt:,} (both counted in the prefill column)"
+        )
     if model.experts > 1:  # say how the tokens were taken to reach the experts
         routed = [prefill_step, *([Step("decode", batch, 1, prompt + 1)] if generate > 1 else [])]
         notes.append(
@@ -304,6 +319,28 @@ def _whole_model_step(
         count,
         None if report.energy is None else energy,
     )
+
+
+def _then(steps: list[StepTime]) -> StepTime:
+    """Steps run one after another, as one (the steps before the first token)."""
+    first, *rest = steps
+    for step in rest:
+        first = replace(
+            first,
+            context=step.context,
+            cycles=first.cycles + step.cycles,
+            by_class_cycles=_added(first.by_class_cycles, step.by_class_cycles),
+            hbm_bytes=first.hbm_bytes + step.hbm_bytes,
+            layers_simulated=max(first.layers_simulated, step.layers_simulated),
+            energy=None
+            if first.energy is None or step.energy is None
+            else _added(first.energy, step.energy),
+        )
+    return first
+
+
+def _added(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
+    return {key: a.get(key, 0.0) + b.get(key, 0.0) for key in {**a, **b}}
 
 
 def _repeats(layer: Mapping[str, float], before: Mapping[str, float]) -> bool:

@@ -39,11 +39,18 @@ def test_every_runtime_figure_has_a_class_and_a_cited_class_its_source(name):
     assert runtime.name == name and runtime.name not in preset_names()
     paths = {f.path for f in runtime.figures}
     assert {"launch", "launch_overhead", "kernel_gap", "step_host"} <= paths
-    assert paths <= {"launch", "launch_overhead", "kernel_gap", "step_host", "layer_host"}
+    optional = {"layer_host", "prefill_layer_host", "first_token"}
+    assert paths <= {"launch", "launch_overhead", "kernel_gap", "step_host", *optional}
     assert ("layer_host" in paths) == (runtime.layer_host_ns > 0)
+    assert ("prefill_layer_host" in paths) == (runtime.prefill_layer_host_ns > 0)
+    assert ("first_token" in paths) == (runtime.first_token != "prefill")
+    calibration = {case.id for case in CALIBRATION}
     for figure in runtime.figures:
-        assert figure.kind in CLASSES and not figure.rows, figure
+        assert figure.kind in CLASSES, figure
         assert figure.references or figure.kind not in CITED, figure
+        # a fit names the calibration rows it was fitted on, never a holdout row
+        assert bool(figure.rows) == (figure.kind == "fitted"), figure
+        assert set(figure.rows) <= calibration, figure
 
 
 def test_every_validation_row_names_a_runtime_that_exists():
@@ -70,6 +77,20 @@ def test_a_runtimes_host_time_joins_every_step_once(tiny):
     assert hosted.to_dict()["runtime"] == "test"
 
 
+def test_a_prefills_host_time_per_layer_joins_the_prefill_alone(tiny):
+    """`prefill_layer_host` (an engine that prepares every layer before a prefill) holds the
+    prefill back by that figure times the layers; decode steps are untouched."""
+    per_layer_ns = 7000
+    bare = infer(toy(), tiny, prompt=16, generate=3, runtime=profile())
+    hosted = infer(
+        toy(), tiny, prompt=16, generate=3, runtime=profile(prefill_layer_host_ns=per_layer_ns)
+    )
+    host_cycles = math.ceil(per_layer_ns * TOY["num_hidden_layers"] * tiny.clock_hz / 1e9)
+    assert hosted.prefill.cycles - bare.prefill.cycles == host_cycles
+    assert hosted.prefill.by_class_cycles["host"] == host_cycles
+    assert hosted.decode == bare.decode
+
+
 def test_an_eager_host_binds_a_step_only_when_it_is_slower_than_the_device(tiny):
     """The device runs behind an eager host: a step takes the longer of its device time and
     the host's layer_host x layers, the difference as host time at static power."""
@@ -88,6 +109,30 @@ def test_an_eager_host_binds_a_step_only_when_it_is_slower_than_the_device(tiny)
     fast = infer(toy(), tiny, prompt=16, generate=3, runtime=profile(layer_host_ns=1))
     assert [s.cycles for s in (fast.prefill, *fast.decode)] == device
     assert load_runtime("eager").to_dict()["layer_host_ns"] == 900_000
+
+
+@pytest.mark.parametrize("prompt", [1, 16])
+def test_a_first_token_from_a_decode_step_waits_for_the_short_prefill_and_that_step(tiny, prompt):
+    """An engine that leaves the prompt's last token to its first decode step gives the
+    first token after a prefill one token short (none for a one-token prompt) and a decode
+    step at the prompt's length; the decode steps after it are the usual ones."""
+    decoding = profile(first_token="decode")
+    request = infer(toy(), tiny, prompt=prompt, generate=3, runtime=decoding, exact=True)
+    usual = infer(toy(), tiny, prompt=prompt, generate=3, runtime=profile(), exact=True)
+    chip = profile().on(tiny)
+    layers = TOY["num_hidden_layers"]
+    steps = [Step("prefill", 1, prompt - 1, prompt - 1)] if prompt > 1 else []
+    runs = [
+        simulate(step_workload(toy(), chip, s, layers, "auto"))
+        for s in [*steps, Step("decode", 1, 1, prompt)]
+    ]
+    assert request.prefill.cycles == sum(k.cycles for r in runs for k in r.kernels)
+    hbm = [k.traffic["HBM"] for r in runs for k in r.kernels]
+    assert request.prefill.hbm_bytes == sum(t.read_bytes + t.write_bytes for t in hbm)
+    assert request.prefill.energy["static"] > 0
+    assert request.decode == usual.decode
+    assert "decode step at context" in request.notes[-1]
+    assert request.to_dict()["provenance"]["options"]["runtime"]["first_token"] == "decode"
 
 
 def test_a_runtimes_launch_figures_replace_the_chips(tiny):

@@ -13,12 +13,18 @@ those costs, each figure classed and cited as a hardware file's are (config/figu
     kernel_gap: 1.3us       # the device idles this long between dependent kernels
     step_host: 0us          # host time per engine step that the device waits for
     layer_host: 0us         # host time to issue one layer's ops (an eager framework)
+    prefill_layer_host: 0us # host time per layer before each prefill, that the device waits for
+    first_token: prefill    # or decode: the prefill stops a token short, a decode step runs it
 
 `infer --runtime NAME` puts its launch figures in place of the hardware file's (which stay
 what `run` uses, and what infer uses without --runtime) and adds `step_host` to every step,
 prefill and decode, as its own time class. An eager framework runs Python and its dispatcher
 for every op of every layer while the device runs behind it: a step takes the longer of its
 device time and `layer_host` times the model's layers, the difference in the same class.
+An engine that prepares each prefill layer by layer before the device starts (a TensorRT
+engine re-infers its network's shapes when they change) adds `prefill_layer_host` times
+the layers to the prefill. An engine whose prefill leaves the prompt's last token to its
+first decode step (`first_token: decode`) gives its first token after both.
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ MAX_LAUNCH_S = 10e-3  # issuing one kernel (or a graph)
 MAX_STEP_HOST_S = 1.0  # the host's own work on one engine step
 MAX_LAYER_HOST_S = 0.1  # issuing one layer's ops
 GRAPH = "graph"
+PREFILL, DECODE = "prefill", "decode"
 
 
 @dataclass(frozen=True)
@@ -53,6 +60,8 @@ class Runtime:
     kernel_gap_ns: int  # device idle between a kernel and the next that waits on it
     step_host_ns: int  # host time per engine step the device waits for
     layer_host_ns: int = 0  # host time to issue one layer's ops, overlapping the device
+    prefill_layer_host_ns: int = 0  # host time per layer before a prefill, not overlapped
+    first_token: str = PREFILL  # the step whose logits give it: prefill, or DECODE (see above)
     figures: tuple[Figure, ...] = ()
 
     def on(self, hardware: Hardware) -> Hardware:
@@ -64,8 +73,10 @@ class Runtime:
             graph_launch=self.graph,
         )
 
-    def step_host_cycles(self, hardware: Hardware) -> int:
-        return _cycles(self.step_host_ns, hardware)
+    def step_host_cycles(self, hardware: Hardware, phase: str, layers: int) -> int:
+        """The host's time on a step of `phase` that the device waits for."""
+        per_layer = self.prefill_layer_host_ns if phase == PREFILL else 0
+        return _cycles(self.step_host_ns + per_layer * layers, hardware)
 
     def issue_cycles(self, hardware: Hardware, layers: int) -> int:
         """The host's time to issue a step of `layers` layers, which the device runs behind."""
@@ -80,6 +91,8 @@ class Runtime:
             "kernel_gap_ns": self.kernel_gap_ns,
             "step_host_ns": self.step_host_ns,
             "layer_host_ns": self.layer_host_ns,
+            "prefill_layer_host_ns": self.prefill_layer_host_ns,
+            "first_token": self.first_token,
         }
 
 
@@ -121,11 +134,13 @@ def parse_runtime(raw: dict, source: str) -> Runtime:
     gap = top.get("kernel_gap", _ns(MAX_LAUNCH_S))
     step = top.get("step_host", _ns(MAX_STEP_HOST_S))
     layer = top.get("layer_host", _ns(MAX_LAYER_HOST_S), default=0)
+    prefill = top.get("prefill_layer_host", _ns(MAX_LAYER_HOST_S), default=0)
+    first = top.get("first_token", _first_token, default=PREFILL)
     top.used.update(("references", "figures"))  # read by parse_figures, as a preset's
     top.finish()
     figures = parse_figures({k: v for k, v in raw.items() if k != "about"}, problems, {})
     problems.raise_if_any()
-    return Runtime(name, source, about, graph, launch, gap, step, layer, figures)
+    return Runtime(name, source, about, graph, launch, gap, step, layer, prefill, first, figures)
 
 
 def _text(value: object) -> str:
@@ -139,6 +154,14 @@ def _launch(value: object) -> bool:
     if value not in (GRAPH, "stream"):
         raise ValueError(f"{quote(value)} must be graph or stream")
     return value == GRAPH
+
+
+def _first_token(value: object) -> str:
+    """`prefill` (its logits give the first token) or `decode` (the prompt's last token waits
+    for the first decode step)."""
+    if value not in (PREFILL, DECODE):
+        raise ValueError(f"{quote(value)} must be {PREFILL} or {DECODE}")
+    return str(value)
 
 
 def _ns(maximum_s: float):
