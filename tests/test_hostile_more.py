@@ -507,6 +507,12 @@ HARDWARE_CASES = [
         with_hardware("launch_overhead: 100cycles", "launch_overhead: 100cycles\nepilogue: regs"),
     ),
     case(
+        "hw-ub-shared-with-a-register-file",
+        ["run", "w.yaml"],
+        "UB.shared_with: 'L0C' is not one of: L1",
+        with_hardware("UB:  {capacity: 16KiB}", "UB:  {capacity: 16KiB, shared_with: L0C}"),
+    ),
+    case(
         "split-neither-cores-nor-blocks",
         ["run", "w.yaml"],
         "'rows' is not a split",

@@ -362,3 +362,43 @@ def test_a_capped_clock_needs_its_cap():
 
     with pytest.raises(ConfigError, match="give energy.cap"):
         load_hardware("tiny", [("energy.cap_clock", "0.5GHz")])
+
+
+def test_a_kernel_with_no_matmul_has_l1_too_where_ub_and_l1_are_one_memory(tiny):
+    """A GPU's UB and L1 are carve-outs of its shared memory: a chain of vector ops, which
+    stages no matmul operands, has both. RMSNorm then quantize over 4 KiB rows needs two
+    buffers of 8224 B, past tiny's 16 KiB UB: refused there, one kernel when UB shares L1,
+    its UB peak past UB's own capacity and within the two's. A matmul keeps to UB."""
+    from dataclasses import replace
+
+    from simulator.pipeline import plan_kernels
+
+    def chain(hw):
+        raw = {
+            "name": "norm_quant",
+            "hardware": hw.name,
+            "tensors": {
+                "x": {"shape": [16, 2048]},
+                "g": {"shape": [2048], "kind": "weight"},
+                "s": {"shape": [1], "kind": "weight"},
+            },
+            "ops": [
+                {"name": "norm", "op": "rmsnorm", "inputs": ["x", "g"], "output": "y"},
+                {"name": "q", "op": "quantize", "inputs": ["y", "s"], "output": "z"},
+            ],
+            "schedule": {"fusion": "auto"},
+        }
+        return parse_workload(raw, "t.yaml", hw)
+
+    apart = plan_kernels(chain(tiny))
+    assert len(apart.kernels) == 2 and "but UB holds 16384 B" in apart.reasons["q"]
+    shared = replace(tiny, ub_shares_l1=True)
+    assert shared.ub_bytes(matmul=True) == tiny.buffer_bytes["UB"]
+    assert shared.ub_bytes(matmul=False) == sum(tiny.buffer_bytes[b] for b in ("UB", "L1"))
+    workload = chain(shared)
+    assert [[op.name for op in k.ops] for k in plan_kernels(workload).kernels] == [["norm", "q"]]
+    report = simulate(workload).to_dict()
+    assert tiny.buffer_bytes["UB"] < report["peak_buffer_bytes"]["UB"]
+    assert report["peak_buffer_bytes"]["UB"] <= shared.ub_bytes(matmul=False)
+    hbm = report["traffic"]["HBM"]
+    assert hbm["write_bytes"] == workload.tensors["z"].nbytes  # y stays on chip

@@ -21,12 +21,11 @@ from ..units import (
     DTYPE_BYTES,
     format_size,
     parse_clock,
-    parse_energy,
-    parse_power,
     parse_rate,
     parse_size,
     parse_time,
 )
+from .energy import Energy, parse_energy
 from .figures import Figure, parse_figures
 from .link import Link, parse_link
 from .strict import (
@@ -99,23 +98,6 @@ class Vector:
 
 
 @dataclass(frozen=True)
-class Energy:
-    """What work costs in joules, for the energy report: each byte read or written at each
-    level, each multiply-accumulate of the Cube by dtype, each byte of vector work (bytes x
-    cost factor, as vector timing counts it), and the static power drawn for the whole run."""
-
-    joules_per_byte: dict[str, float]  # by level: HBM, L2 and the buffers
-    joules_per_mac: dict[str, float]  # by Cube dtype
-    vector_joules_per_byte: float
-    static_watts: float
-    # a board power cap: a run's work draws at most what it leaves beside static power; and
-    # the clock the chip holds under it (None: its clock already is): a run that passes the
-    # cap runs again at that clock (pipeline.simulate)
-    cap_watts: float | None = None
-    cap_clock_hz: float | None = None
-
-
-@dataclass(frozen=True)
 class Hardware:
     """A chip as the model needs it, every figure resolved to bytes and cycles once at load,
     so no later layer converts units or guesses a default. Presets are data (hw_models/*.yaml,
@@ -150,6 +132,8 @@ class Hardware:
     overrides: tuple[str, ...] = ()  # the --set hardware.* overrides applied, as given
     full_clock_hz: float | None = None  # the clock before a power cap lowered it (at_clock)
     figures: tuple[Figure, ...] = ()  # every figure as written, with its class (figures.py)
+    # UB and L1 are carve-outs of one memory (a GPU SM's shared memory): see ub_bytes
+    ub_shares_l1: bool = False
 
     @property
     def kernel_gap(self) -> int:
@@ -184,6 +168,12 @@ class Hardware:
             link=None if self.link is None else self.link.at_clock(ratio),
             full_clock_hz=self.full_clock_hz or self.clock_hz,
         )
+
+    def ub_bytes(self, matmul: bool) -> int:
+        """The UB a kernel's vector work has: with L1's added, in a kernel with no matmul (it
+        stages no operands in L1) on a chip whose UB and L1 are one memory."""
+        shared = self.ub_shares_l1 and not matmul
+        return self.buffer_bytes["UB"] + (self.buffer_bytes["L1"] if shared else 0)
 
     def route(self, source: str, destination: str) -> tuple[Engine, float]:
         """The engine that moves data from source to destination, and its per-core rate."""
@@ -230,6 +220,7 @@ class Hardware:
             "kernel_gap_cycles": self.kernel_gap,
             "graph_launch": self.graph_launch,
             "epilogue_in_registers": self.epilogue_in_registers,
+            "ub_shares_l1": self.ub_shares_l1,
             "l2_serialises_same_address": self.l2_serialises_same_address,
             "link": None if self.link is None else asdict(self.link),
             "energy": None if self.energy is None else asdict(self.energy),
@@ -355,9 +346,12 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         f.finish()
 
     buffer_bytes = {}
+    ub_shares_l1 = False
     for buf in BUFFERS:
         f = top.sub(buf)
         buffer_bytes[buf] = f.get("capacity", parse_size)
+        if buf == "UB":  # `shared_with: L1`: the two are one memory (Hardware.ub_bytes)
+            ub_shares_l1 = f.get("shared_with", one_of("L1"), default=None) == "L1"
         f.finish()
 
     engines = {}
@@ -423,21 +417,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     graph_launch = top.get("graph_launch", as_bool, default=False)
     epilogue = top.get("epilogue", one_of("ub", "registers"), default="ub")
     link = parse_link(top, rate, latency, problems) if "link" in top.raw else None
-    energy = None
-    if "energy" in top.raw:
-        energy_f = top.sub("energy")
-        per_byte = {level: energy_f.get(level, lambda v: parse_energy(v, "B")) for level in LEVELS}
-        mac_f = energy_f.sub("mac")
-        per_mac = {d: mac_f.get(d, lambda v: parse_energy(v, "MAC")) for d in fractal}
-        mac_f.finish()
-        vector_j = energy_f.get("vector", lambda v: parse_energy(v, "B"))
-        static = energy_f.get("static", _static_power)
-        cap = energy_f.get("cap", _static_power, default=None)
-        cap_clock = energy_f.get("cap_clock", _clock, default=None)
-        if cap_clock is not None and cap is None:
-            problems.add("energy.cap_clock", "is the clock under a power cap: give energy.cap")
-        energy_f.finish()
-        energy = Energy(per_byte, per_mac, vector_j, static, cap, cap_clock)
+    energy = parse_energy(top, LEVELS, fractal, _clock, problems) if "energy" in top.raw else None
     top.used.update(("references", "figures"))
     figures = parse_figures(raw, problems, overrides or {})
     top.finish()
@@ -463,6 +443,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         epilogue == "registers",
         link,
         energy,
+        ub_shares_l1=ub_shares_l1,
         figures=figures,
     )
 
@@ -479,7 +460,6 @@ def _clock(value: Any) -> float:
 
 
 MIN_EFFICIENCY = 0.01  # of a memory's peak: below it the figure is surely a slip
-MAX_STATIC_W = 10_000.0  # a chip's idle draw; a whole rack's is a slip
 
 
 def _efficiency(value: Any) -> float:
@@ -489,16 +469,6 @@ def _efficiency(value: Any) -> float:
             f"{quote(value)} is below the {MIN_EFFICIENCY:g} of its peak any memory reaches"
         )
     return fraction
-
-
-def _static_power(value: Any) -> float:
-    watts = parse_power(value)
-    if watts > MAX_STATIC_W:
-        raise ValueError(
-            f"{quote(value)} is more than the {MAX_STATIC_W:,.0f} W one chip can sensibly "
-            "draw (is the unit right?)"
-        )
-    return watts
 
 
 def _rate(clock_hz: float):

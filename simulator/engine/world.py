@@ -38,6 +38,7 @@ from ..schedule.program import (
     CoreProgram,
     GlobalTransfer,
     Instruction,
+    KernelProgram,
     Program,
     Region,
     Transfer,
@@ -457,16 +458,25 @@ class World:
             mine = np.flatnonzero(group % len(buffers) == index)
             if not len(mine):
                 continue
-            at = mine[np.argmax(group_peak[mine])]
-            peak[buffer] = int(group_peak[at])
-            if peak[buffer] > self.hw.buffer_bytes[buffer]:
+            peak[buffer] = int(group_peak[mine].max())
+            capacity = np.array([self._capacity(k, buffer) for k in self.program.kernels])
+            kernel_of = group[mine] // len(buffers) // self.max_cores
+            over = np.flatnonzero(group_peak[mine] > capacity[kernel_of])
+            if len(over):
+                at = mine[over[0]]
                 kernel, core = divmod(int(group[at]) // len(buffers), self.max_cores)
                 raise InvariantError(
                     f"{buffer} of core {core} in kernel {kernel} holds "
-                    f"{peak[buffer]} B > capacity "
-                    f"{self.hw.buffer_bytes[buffer]} B"
+                    f"{int(group_peak[at])} B > capacity {capacity[kernel]} B"
                 )
         return peak
+
+    def _capacity(self, kernel: KernelProgram, buffer: str) -> int:
+        """A buffer's bytes in a kernel (UB takes L1's in a kernel with no matmul on a chip
+        whose two are one memory)."""
+        if buffer == "UB":
+            return self.hw.ub_bytes(matmul=kernel.unit != "vector")
+        return self.hw.buffer_bytes[buffer]
 
     def _slot_changes(self) -> tuple[np.ndarray, np.ndarray]:
         """Every slot taken or freed in the run, from the pipe logs: its sort key (kernel, core

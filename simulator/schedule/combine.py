@@ -27,12 +27,13 @@ def lower_combine(
     *_, queries, width = partials.shape
     head_dim = width - 1
     part_row, o_row = width * PARTIAL_BYTES, head_dim * PARTIAL_BYTES
-    rows_per_block = min(queries, hw.buffer_bytes["UB"] // (BUFFERS * part_row + o_row))
+    ub = hw.ub_bytes(matmul=False)
+    rows_per_block = min(queries, ub // (BUFFERS * part_row + o_row))
     if rows_per_block < 1:
         raise TilingError(
             f"{kernel.name}: one row of the split attention's partial outputs "
             f"({BUFFERS} x {part_row} B and a {o_row} B running O) does not fit "
-            f"{hw.name}'s UB of {hw.buffer_bytes['UB']} B"
+            f"{hw.name}'s UB of {ub} B"
         )
     batch = partials.shape[0] // splits
     units = [(b, r0) for b in range(batch) for r0 in range(0, queries, rows_per_block)]

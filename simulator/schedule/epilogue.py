@@ -143,11 +143,12 @@ def epilogue_refusal(workload: Workload, ops: list[Op]) -> str | None:
         block_cols = cols
     slots = chain_slots(ops, tensors, seeds_of(ops), rows, cols, block_cols, in_registers(hw, ops))
     need = sum(slots.values()) * buffers
-    if need > hw.buffer_bytes["UB"]:
+    ub = hw.ub_bytes(matmul=bool(gemms))
+    if need > ub:
         what = f"{rows} x {cols} tiles" if gemms else "one row"
         return (
             f"the chain needs {need} B of UB for {what} ({len(slots)} slots x {buffers} "
-            f"buffers) but UB holds {hw.buffer_bytes['UB']} B"
+            f"buffers) but UB holds {ub} B"
         )
     return None
 

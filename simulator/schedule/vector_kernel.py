@@ -27,7 +27,7 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
     rows, cols = as_2d(out)
     buffers = workload.tiling_for(kernel.tiling_op).buffers or 2
     seeds = seeds_of(ops)
-    ub = hw.buffer_bytes["UB"]
+    ub = hw.ub_bytes(matmul=False)
 
     def ub_need(tile_rows: int, tile_cols: int) -> int:
         return sum(chain_slots(ops, tensors, seeds, tile_rows, tile_cols).values()) * buffers
