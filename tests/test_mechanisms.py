@@ -400,5 +400,6 @@ def test_a_kernel_with_no_matmul_has_l1_too_where_ub_and_l1_are_one_memory(tiny)
     report = simulate(workload).to_dict()
     assert tiny.buffer_bytes["UB"] < report["peak_buffer_bytes"]["UB"]
     assert report["peak_buffer_bytes"]["UB"] <= shared.ub_bytes(matmul=False)
+    assert report["buffer_capacity_bytes"]["UB"] == shared.ub_bytes(matmul=False)
     hbm = report["traffic"]["HBM"]
     assert hbm["write_bytes"] == workload.tensors["z"].nbytes  # y stays on chip

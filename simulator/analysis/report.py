@@ -95,7 +95,7 @@ class Report:
     launch_overhead_cycles: int  # waited on launches (a launch overlaps the kernel before it)
     memory_footprint: MemoryFootprint
     peak_buffer_bytes: Mapping[str, int]  # per buffer, highest seen on any core
-    buffer_capacity_bytes: Mapping[str, int]
+    buffer_capacity_bytes: Mapping[str, int]  # per buffer, the most any kernel had
     instructions: int
     kernels: tuple[KernelRecord, ...]
     energy: EnergyRecord | None  # None: the hardware gives no energy figures
@@ -277,7 +277,10 @@ def analyse(
         launch_overhead_cycles=sum(span.run_cycle - span.start_cycle for span in trace.kernels),
         memory_footprint=MemoryFootprint(**footprint, hbm_capacity_bytes=hbm.capacity_bytes),
         peak_buffer_bytes=trace.peak_occupancy_bytes,
-        buffer_capacity_bytes=dict(hw.buffer_bytes),
+        buffer_capacity_bytes={
+            b: max((k.capacity_bytes(hw, b) for k in program.kernels), default=n)
+            for b, n in hw.buffer_bytes.items()
+        },
         instructions=trace.instructions,
         kernels=tuple(kernels),
         energy=_energy(hw, traffic, program.kernels, cycles),

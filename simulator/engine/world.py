@@ -38,7 +38,6 @@ from ..schedule.program import (
     CoreProgram,
     GlobalTransfer,
     Instruction,
-    KernelProgram,
     Program,
     Region,
     Transfer,
@@ -459,7 +458,7 @@ class World:
             if not len(mine):
                 continue
             peak[buffer] = int(group_peak[mine].max())
-            capacity = np.array([self._capacity(k, buffer) for k in self.program.kernels])
+            capacity = np.array([k.capacity_bytes(self.hw, buffer) for k in self.program.kernels])
             kernel_of = group[mine] // len(buffers) // self.max_cores
             over = np.flatnonzero(group_peak[mine] > capacity[kernel_of])
             if len(over):
@@ -470,13 +469,6 @@ class World:
                     f"{int(group_peak[at])} B > capacity {capacity[kernel]} B"
                 )
         return peak
-
-    def _capacity(self, kernel: KernelProgram, buffer: str) -> int:
-        """A buffer's bytes in a kernel (UB takes L1's in a kernel with no matmul on a chip
-        whose two are one memory)."""
-        if buffer == "UB":
-            return self.hw.ub_bytes(matmul=kernel.unit != "vector")
-        return self.hw.buffer_bytes[buffer]
 
     def _slot_changes(self) -> tuple[np.ndarray, np.ndarray]:
         """Every slot taken or freed in the run, from the pipe logs: its sort key (kernel, core

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, ClassVar
 
+from ..config.hardware import Hardware
 from ..cost import block_packets, run_packets, shaped_rate, strided_read_factor
 from ..errors import InvariantError
 
@@ -360,6 +361,13 @@ class KernelProgram:
     @property
     def instruction_count(self) -> int:
         return sum(core.instruction_count for core in self.cores)
+
+    def capacity_bytes(self, hw: Hardware, buffer: str) -> int:
+        """A buffer's bytes in this kernel: UB has L1's too in a vector kernel on a chip whose
+        two are one memory (Hardware.ub_bytes)."""
+        if buffer == "UB":
+            return hw.ub_bytes(matmul=self.unit != "vector")
+        return hw.buffer_bytes[buffer]
 
 
 @dataclass(frozen=True)
