@@ -38,6 +38,7 @@ from holdout_cases import HOLDOUT  # noqa: E402  (benchmarks/, this script's fol
 from validation_cases import CALIBRATION, REQUEST_METRICS, Case, KernelsCase, RequestCase  # noqa: E402
 
 from simulator import infer, load_hardware, load_model, simulate  # noqa: E402
+from simulator.config.transformer import WEIGHT_DTYPES  # noqa: E402
 from simulator.config.workload import parse_workload  # noqa: E402
 from simulator.errors import SimulatorError  # noqa: E402
 from simulator.gc_pause import gc_paused  # noqa: E402
@@ -55,7 +56,7 @@ def request_value(case: RequestCase) -> float:
         case.batch,
         case.prompt,
         case.generate,
-        weights=case.dtype if case.dtype == "int8" else "fp16",
+        weights=case.dtype if case.dtype in WEIGHT_DTYPES else "fp16",  # bf16: fp16's bytes
         chips=case.chips,
         runtime=case.runtime,
     )

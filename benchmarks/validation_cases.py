@@ -278,7 +278,7 @@ class RequestCase:
     metric: str  # a key of REQUEST_METRICS
     measured: float  # in the metric's unit
     source: str
-    dtype: str = "fp16"  # infer's weights (bf16 moves the same bytes)
+    dtype: str = "fp16"  # infer's weights (bf16: fp16's bytes; int8: W8A8; w8a16: weight-only)
     batch: int = 1
     chips: int = 1  # in tensor parallel
     overrides: tuple[tuple[str, object], ...] = ()  # as Case's

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .config.figures import CLASSES, OVERRIDE, UNCLASSIFIED
+from .config.transformer import WEIGHT_DTYPES
 from .errors import printable
 from .sweep import PLOTTABLE
 from .version import NAME, __version__
@@ -141,7 +142,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--fusion", choices=("none", "auto"), default="auto", help="fusion pass (default auto)"
     )
     infer.add_argument(
-        "--weights", choices=("fp16", "int8"), default="fp16", help="weight dtype (default fp16)"
+        "--weights",
+        choices=WEIGHT_DTYPES,
+        default="fp16",
+        help="weights: fp16 (default), int8 (W8A8: activations quantized too) or w8a16 (int8 "
+        "weights alone, converted to fp16 as they reach the matrix unit)",
     )
     infer.add_argument(
         "--chips",

@@ -20,6 +20,7 @@ from .units import DTYPE_BYTES
 
 FLOAT_DTYPES = ("fp16", "bf16", "fp32")
 CUBE_DTYPES = ("fp16", "bf16", "int8")
+FLOAT_CUBE_DTYPES = ("fp16", "bf16")  # may multiply int8 weights (weight-only quantization)
 # Accumulator dtype of the Cube per input dtype; the matmul result is cast on the way out
 # (FIXPIPE) unless the op says otherwise.
 CUBE_RESULT = {"fp16": "fp16", "bf16": "bf16", "int8": "int32"}
@@ -137,11 +138,12 @@ def _matmul(batched: bool):
             raise ValueError(
                 f"batch dims differ: {a.name} {list(a.shape[:-2])} vs {b.name} {list(b.shape[:-2])}"
             )
-        if a.dtype != b.dtype:
+        weight_only = a.dtype in FLOAT_CUBE_DTYPES and b.dtype == "int8"
+        if a.dtype != b.dtype and not weight_only:
             raise ValueError(
                 f"{a.name} is {a.dtype} but {b.name} is {b.dtype}: the Cube "
-                "multiplies one dtype; quantize the activation to int8 or "
-                "dequantize the weight"
+                "multiplies one dtype (or fp16/bf16 by int8 weights, converted as they "
+                "load); quantize the activation to int8 or dequantize the weight"
             )
         if a.dtype not in CUBE_DTYPES:
             raise ValueError(
@@ -390,7 +392,7 @@ OPS: dict[str, OpSpec] = {
             "quantize",
             "vector",
             (1, 2),
-            "elementwise",
+            "convert",
             2,
             _quantize,
             attrs={"to": (_int_dtype, "int8")},
@@ -399,12 +401,12 @@ OPS: dict[str, OpSpec] = {
             "dequantize",
             "vector",
             (2, 2),
-            "elementwise",
+            "convert",
             2,
             _dequantize,
             attrs={"to": (_dtype, "fp16")},
         ),
-        OpSpec("cast", "vector", (1, 1), "elementwise", 0, _cast, attrs={"to": (_dtype, None)}),
+        OpSpec("cast", "vector", (1, 1), "convert", 0, _cast, attrs={"to": (_dtype, None)}),
         # rows of a table by index (an embedding lookup, a sequence's last token, tokens sent
         # to their experts): the indices are data, so the model reads the table's rows from
         # `start` on, the same bytes, wrapping past its last row (more rows than the table

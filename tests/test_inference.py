@@ -96,6 +96,32 @@ def test_generated_weights_are_the_models_parameters(tiny):
     assert per_layer * model.layers + outside == 2 * model.weight_count()
 
 
+def test_weight_only_int8_keeps_activations_fp16_and_reads_half_the_weights(tiny):
+    """w8a16: every projection's weight is int8 and multiplies the fp16 activation directly
+    (no quantize op, unlike W8A8's int8), its output scaled per channel; a decode step reads
+    its projections' weights in half the bytes of fp16."""
+    model, step = toy(), Step("decode", 1, 1, 64)
+    built = {w: step_workload(model, tiny, step, 2, "auto", w) for w in ("fp16", "int8", "w8a16")}
+    ops = {w: {op.op for op in workload.ops} for w, workload in built.items()}
+    assert "quantize" in ops["int8"] and "quantize" not in ops["w8a16"]
+    assert "mul" in ops["w8a16"] and "dequantize" not in ops["w8a16"]
+    matmuls = [op for op in built["w8a16"].ops if op.op == "matmul"]
+    for op in matmuls:
+        x, w = (built["w8a16"].tensors[name] for name in op.inputs)
+        assert (x.dtype, w.dtype) in (("fp16", "int8"), ("fp16", "fp16"))  # the tied head
+    int8 = [o for o in matmuls if built["w8a16"].tensors[o.inputs[1]].dtype == "int8"]
+    assert len(int8) >= 7 * 2  # q, k, v, o, gate, up, down in each of the two layers
+
+    def weight_bytes(workload, dtype):
+        return sum(
+            t.nbytes for t in workload.tensors.values() if t.kind == "weight" and t.dtype == dtype
+        )
+
+    assert 2 * weight_bytes(built["w8a16"], "int8") == sum(
+        built["fp16"].tensors[o.inputs[1]].nbytes for o in int8
+    )
+
+
 def test_grouped_query_attention_reads_each_key_value_head_once(tiny):
     """Four query heads over two key/value heads: the cache read per layer is the two heads'
     K and V over the context, not four."""

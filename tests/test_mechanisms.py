@@ -403,3 +403,58 @@ def test_a_kernel_with_no_matmul_has_l1_too_where_ub_and_l1_are_one_memory(tiny)
     assert report["buffer_capacity_bytes"]["UB"] == shared.ub_bytes(matmul=False)
     hbm = report["traffic"]["HBM"]
     assert hbm["write_bytes"] == workload.tensors["z"].nbytes  # y stays on chip
+
+
+def test_int8_weights_meet_fp16_activations_converted_block_by_block(tiny):
+    """Weight-only quantization (W8A16): B crosses HBM, L2 and L1 as int8, half an fp16 B's
+    bytes, and VECTOR converts each block moved to L0B to fp16 before the Cube multiplies
+    it, one conversion per element at the chip's `convert` cost; the Cube runs fp16. L0B's
+    bytes stay conserved (int8 in, fp16 out of the conversion, fp16 to the Cube)."""
+    from dataclasses import replace
+
+    from simulator.config.hardware import CONVERT
+    from simulator.cost import vector_op_cycles
+
+    factor = 8
+    hw = replace(
+        tiny, vector=replace(tiny.vector, cost_factor={**tiny.vector.cost_factor, CONVERT: factor})
+    )
+    m, n, k = 16, 256, 512
+
+    def gemv(b_dtype):
+        raw = {
+            "name": "w8a16",
+            "hardware": hw.name,
+            "tensors": {
+                "x": {"shape": [m, k]},
+                "w": {"shape": [k, n], "kind": "weight", "dtype": b_dtype},
+            },
+            "ops": [{"name": "mm", "op": "matmul", "inputs": ["x", "w"], "output": "y"}],
+        }
+        return parse_workload(raw, "t.yaml", hw)
+
+    weight_only, plain = gemv("int8"), gemv("fp16")
+    kernel = lower_workload(weight_only).kernels[0]
+    converts = [i for core in kernel.cores for i in core.queues["VECTOR"]]
+    moves = [i for core in kernel.cores for i in core.queues["MTE1"] if i.dst == "L0B"]
+    mmads = [i for core in kernel.cores for i in core.queues["CUBE"]]
+    assert len(converts) == len(moves) == len(mmads) > 0
+    for convert, move in zip(converts, moves):
+        elements = move.nbytes  # one byte an int8 element
+        assert convert.cycles == vector_op_cycles(hw.vector, elements, 2, CONVERT)
+        assert dict(convert.writes)["L0B"] == 2 * elements
+    assert not any(core.queues["VECTOR"] for core in lower_workload(plain).kernels[0].cores)
+    report, fp16 = simulate(weight_only).to_dict(), simulate(plain).to_dict()
+    assert report["traffic"]["HBM"]["read_bytes"] - m * k * 2 == k * n  # B once, int8
+    assert fp16["traffic"]["HBM"]["read_bytes"] - m * k * 2 == 2 * k * n
+    assert report["traffic"]["L0B"]["read_bytes"] == report["traffic"]["L0B"]["write_bytes"]
+    busiest = max(sum(c.cycles for c in core.queues["VECTOR"]) for core in kernel.cores)
+    assert report["cycles"] > busiest  # the conversions are on the run's path
+    with pytest.raises(ConfigError, match="fp16/bf16 by int8 weights"):
+        raw = {
+            "name": "bad",
+            "hardware": hw.name,
+            "tensors": {"x": {"shape": [m, k], "dtype": "int8"}, "w": {"shape": [k, n]}},
+            "ops": [{"name": "mm", "op": "matmul", "inputs": ["x", "w"], "output": "y"}],
+        }
+        parse_workload(raw, "t.yaml", hw)

@@ -58,6 +58,8 @@ BUFFERS = ("L1", "L0A", "L0B", "L0C", "UB")
 ENGINES = ("MTE2", "MTE1", "FIXPIPE", "MTE3")
 LEVELS = SHARED_MEMORIES + BUFFERS
 VECTOR_COST_CLASSES = ("elementwise", "transcendental", "reduction")
+# a type conversion (int8 to fp16 and back), the elementwise factor where a file gives none
+CONVERT = "convert"
 DTYPES = ("fp16", "bf16", "fp32", "int8")
 ACCUMULATOR_BYTES = 4  # the Cube accumulates in fp32 (int32 for int8)
 
@@ -409,6 +411,9 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     vec_latency = vec_f.get("latency", latency)
     factor_f = vec_f.sub("cost_factor")
     factors = {cls: factor_f.get(cls, as_number(MAX_COST_FACTOR)) for cls in VECTOR_COST_CLASSES}
+    factors[CONVERT] = factor_f.get(
+        CONVERT, as_number(MAX_COST_FACTOR), default=factors.get("elementwise", 1.0)
+    )
     factor_f.finish()
     vec_f.finish()
 

@@ -17,6 +17,8 @@ LM head (at prefill, on each sequence's last token only, as serving engines do).
 K and V of the new tokens are written to HBM: that is the cache write. With int8 weights
 each projection runs W8A8, as workloads/ffn_decode_int8.yaml: the activation is quantized
 once per input, the Cube multiplies int8, each output channel is dequantized with its scale.
+With w8a16 weights (weight-only) the activation stays fp16: the int8 weight is converted to
+fp16 as each block reaches the Cube, and each output channel is multiplied by its scale.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from .hardware import Hardware
 from .model import ModelConfig
 from .workload import Workload, parse_workload
 
-WEIGHT_DTYPES = ("fp16", "int8")
+WEIGHT_DTYPES = ("fp16", "int8", "w8a16")  # int8: W8A8; w8a16: int8 weights alone
 EXPERTS = "experts_"  # names of a mixture of experts' ops and weights: l0_experts_gate...
 
 
@@ -143,6 +145,11 @@ class _Builder:
             scale = self.tensor(f"{name}_scale", [cols], kind="weight")
             acc = self.op(name, op, [self.quantized[x], w], f"{name}_acc")
             y = self.op(f"{name}_dequant", "dequantize", [acc, scale], f"{name}_out")
+        elif self.weights == "w8a16":
+            w = self.tensor(f"{name}_w", shape, kind="weight", dtype="int8", layout="nz")
+            scale = self.tensor(f"{name}_scale", [cols], kind="weight")
+            acc = self.op(name, op, [x, w], f"{name}_acc")
+            y = self.op(f"{name}_scaled", "mul", [acc, scale], f"{name}_out")
         else:
             w = self.tensor(f"{name}_w", shape, kind="weight", layout="nz")
             y = self.op(name, op, [x, w], f"{name}_out")

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ..config.hardware import Hardware
+from ..config.hardware import CONVERT, Hardware
 from ..config.workload import Workload
-from ..cost import cube_call_cycles, vector_work
+from ..cost import cube_call_cycles, vector_op_cycles, vector_work
 from ..errors import SimulatorError, TooLargeError
 from ..ops import DTYPE_BYTES
 from .attention import attention_workspace, lower_attention
@@ -36,6 +36,7 @@ from .program import (
     Program,
     Region,
     SlotRing,
+    VectorOp,
     operand_region,
     transfer,
 )
@@ -281,7 +282,8 @@ class _MatmulCore:
         ]
         self.l0_a = SlotRing(core, "L0A", t.base_m * t.base_k * shape.a_bytes, t.buffers)
         self.l0_b = [
-            SlotRing(core, "L0B", t.base_k * t.base_n * shape.b_bytes, t.buffers) for _ in range(g)
+            SlotRing(core, "L0B", t.base_k * t.base_n * shape.cube_b_bytes, t.buffers)
+            for _ in range(g)
         ]
         self.l0_c = [
             SlotRing(core, "L0C", t.base_m * t.base_n * ACCUMULATOR_BYTES, t.l0c_buffers)
@@ -397,10 +399,14 @@ class _MatmulCore:
         )
         built = self.chunks.get(key)
         if built is None:
-            moves, mmads, acc_slots = self._build_chunk(rows, cols, kc, kc1, sides, acc_slots)
-            built = self.chunks[key] = (moves, mmads, acc_slots, tuple(ring.next for ring in rings))
-        moves, mmads, acc_slots, ring_next = built
+            moves, converts, mmads, acc_slots = self._build_chunk(
+                rows, cols, kc, kc1, sides, acc_slots
+            )
+            ring_next = tuple(ring.next for ring in rings)
+            built = self.chunks[key] = (moves, converts, mmads, acc_slots, ring_next)
+        moves, converts, mmads, acc_slots, ring_next = built
         self.core.queues["MTE1"].extend(moves)
+        self.core.queues["VECTOR"].extend(converts)
         self.core.queues["CUBE"].extend(mmads)
         for ring, position in zip(rings, ring_next):
             ring.next = position
@@ -408,16 +414,20 @@ class _MatmulCore:
 
     def _build_chunk(
         self, rows: int, cols: int, kc: int, kc1: int, sides: tuple, acc_slots: list[int]
-    ) -> tuple[list[Draft], list[Draft], list[int]]:
+    ) -> tuple[list[Draft], list[Draft], list[Draft], list[int]]:
+        """The chunk's MTE1 moves, the conversions of int8 weights to the Cube's dtype (a
+        weight-only quantized matmul: VECTOR converts each B block in L0B, as a GPU's cores
+        convert the fragments they load) and the Cube's mmads."""
         t, shape = self.t, self.shape
         fm, fn, fk = self.fractal
         l1 = [self.l1_a, *self.l1_b]
-        moves, mmads = [], []
+        moves, converts, mmads = [], [], []
         starts = range(kc, kc1, t.base_k)
         for kb_index, kb in enumerate(starts):
             depth = min(kc1, kb + t.base_k) - kb
             a_bytes = round_up(rows, fm) * round_up(depth, fk) * shape.a_bytes
-            b_bytes = round_up(depth, fk) * round_up(cols, fn) * shape.b_bytes
+            b_elems = round_up(depth, fk) * round_up(cols, fn)
+            b_bytes, b_cube = b_elems * shape.b_bytes, b_elems * shape.cube_b_bytes
             moved = []
             for side, (ring, nbytes) in enumerate(
                 [(self.l0_a, a_bytes), *((r, b_bytes) for r in self.l0_b)]
@@ -432,6 +442,24 @@ class _MatmulCore:
                     l1[side].last_use(move, slot)
                 moved.append((ring, ring.fill(move)))
                 moves.append(move)
+            b_ready = []  # per GEMM: the flag its mmad waits on for its B block
+            for ring, slot in moved[1:]:
+                if not shape.weight_only:
+                    b_ready.append(ring.ready[slot])
+                    continue
+                convert = Draft(
+                    VectorOp,
+                    "VECTOR",
+                    f"convert B k{kb}",
+                    nbytes=b_cube,
+                    cycles=vector_op_cycles(self.hw.vector, b_elems, shape.cube_b_bytes, CONVERT),
+                    reads=(("L0B", b_bytes),),
+                    writes=(("L0B", b_cube),),
+                )
+                ring.first_use(convert, slot)
+                convert.signals(ring.done[slot])
+                b_ready.append(ring.done[slot])
+                converts.append(convert)
             first_k, last_k = kb == 0, kb_index == len(starts) - 1 and kc1 == shape.k
             if first_k:
                 acc_slots = []
@@ -443,7 +471,7 @@ class _MatmulCore:
                     cycles=cube_call_cycles(
                         self.hw.cube, round_up(rows, fm), round_up(cols, fn), depth, self.fractal
                     ),
-                    reads=(("L0A", a_bytes), ("L0B", b_bytes)),
+                    reads=(("L0A", a_bytes), ("L0B", b_cube)),
                     writes=(("L0C", round_up(rows, fm) * round_up(cols, fn) * ACCUMULATOR_BYTES),),
                 )
                 # every GEMM reads the one A block; each reads its own B block
@@ -452,14 +480,14 @@ class _MatmulCore:
                     a_ring.first_use(mmad, a_slot)
                 if gemm == len(self.l0_c) - 1:
                     a_ring.last_use(mmad, a_slot)
-                b_ring.first_use(mmad, b_slot)
+                mmad.waits_for(b_ready[gemm])
                 b_ring.last_use(mmad, b_slot)
                 if first_k:  # the accumulator is ready after the last k
                     acc_slots.append(acc.fill(mmad, marks_ready=False))
                 if last_k:
                     mmad.signals(acc.ready[acc_slots[gemm]])
                 mmads.append(mmad)
-        return moves, mmads, acc_slots
+        return moves, converts, mmads, acc_slots
 
     def _drain(
         self, b: int, bm: int, rows: int, bn: int, cols: int, acc_slots: list, n0: int, n1: int

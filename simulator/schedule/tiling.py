@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, replace
 
-from ..config.hardware import ACCUMULATOR_BYTES, Hardware
+from ..config.hardware import ACCUMULATOR_BYTES, CONVERT, Hardware
 from ..config.workload import TilingSpec
 from ..cost import (
     SECTOR_BYTES,
@@ -44,6 +44,16 @@ class MatmulShape:
     b_nz: bool = False
     a_transposed: bool = False  # A stored K x M, or B stored N x K
     b_transposed: bool = False
+
+    @property
+    def cube_b_bytes(self) -> int:
+        """Bytes per element of B in L0B: the Cube's dtype, wider than B's own where int8
+        weights meet fp16 activations (weight-only quantization, converted on the way in)."""
+        return DTYPE_BYTES[self.dtype]
+
+    @property
+    def weight_only(self) -> bool:
+        return self.cube_b_bytes > self.b_bytes
 
 
 @dataclass(frozen=True)
@@ -147,14 +157,15 @@ def buffer_needs(shape: MatmulShape, t: Tiling) -> dict[str, tuple[int, str]]:
     a, b, db, g = shape.a_bytes, shape.b_bytes, t.buffers, shape.gemms
     gemms = f"{g} GEMMs × " if g > 1 else ""
     l1 = (t.base_m * t.base_k * a + g * t.base_k * t.base_n * b) * t.step_k * db
+    b0 = shape.cube_b_bytes
     return {
         "L0A": (
             t.base_m * t.base_k * a * db,
             f"base.m × base.k × {a} B × buffers = {t.base_m} × {t.base_k} × {a} × {db}",
         ),
         "L0B": (
-            g * t.base_k * t.base_n * b * db,
-            f"{gemms}base.k × base.n × {b} B × buffers = {t.base_k} × {t.base_n} × {b} × {db}",
+            g * t.base_k * t.base_n * b0 * db,
+            f"{gemms}base.k × base.n × {b0} B × buffers = {t.base_k} × {t.base_n} × {b0} × {db}",
         ),
         "L0C": (
             g * t.base_m * t.base_n * ACCUMULATOR_BYTES * t.l0c_buffers,
@@ -286,7 +297,7 @@ def _blocks_for(
         return (
             g * base_m * base_n * ACCUMULATOR_BYTES * acc > hw.buffer_bytes["L0C"]
             or base_m * fk * shape.a_bytes * buffers > hw.buffer_bytes["L0A"]
-            or g * fk * base_n * shape.b_bytes * buffers > hw.buffer_bytes["L0B"]
+            or g * fk * base_n * shape.cube_b_bytes * buffers > hw.buffer_bytes["L0B"]
         )
 
     while too_large(base_m, base_n):
@@ -301,7 +312,7 @@ def _blocks_for(
     else:
         k_room = min(
             hw.buffer_bytes["L0A"] // (base_m * shape.a_bytes * buffers),
-            hw.buffer_bytes["L0B"] // (g * base_n * shape.b_bytes * buffers),
+            hw.buffer_bytes["L0B"] // (g * base_n * shape.cube_b_bytes * buffers),
         )
         base_k = max(fk, min(k_room // fk * fk, round_up(shape.k, fk), 256))
     if fixed.step_k:
@@ -510,6 +521,12 @@ def estimate_cycles(
     )
     drain = blocks * g * (fix_latency + rows * t.base_n * shape.out_bytes / fix_rate)
     vector = 0.0
+    if shape.weight_only:  # each B block is converted as it moves to L0B
+        vector += (
+            (blocks * k_blocks * g * t.base_k * t.base_n * shape.cube_b_bytes)
+            * hw.vector.cost_factor[CONVERT]
+            / hw.vector.bytes_per_cycle
+        )
     for cost_class in epilogue:
         vector += (
             batch
