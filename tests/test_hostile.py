@@ -115,10 +115,10 @@ CASES = [
         "does not broadcast",
     ),
     (
-        "mixed-dtypes",
-        edit("{shape: [k, n], kind: weight}", "{shape: [k, n], kind: weight, dtype: int8}"),
+        "mixed-dtypes",  # fp16 by int8 weights is weight-only quantization; int8 by fp16 is not
+        edit("a: {shape: [m, k]}", "a: {shape: [m, k], dtype: int8}"),
         [],
-        "a is fp16 but b is int8",
+        "a is int8 but b is fp16",
     ),
     ("fp32-cube", edit("dtype", "dtype", "dtype: fp32\n" + BASE), [], "no fp32 mode"),
     (

@@ -444,6 +444,8 @@ def test_int8_weights_meet_fp16_activations_converted_block_by_block(tiny):
         assert convert.cycles == vector_op_cycles(hw.vector, elements, 2, CONVERT)
         assert dict(convert.writes)["L0B"] == 2 * elements
     assert not any(core.queues["VECTOR"] for core in lower_workload(plain).kernels[0].cores)
+    # the roofline's vector work, and its joules, count the conversions run
+    assert kernel.vector_work_bytes == sum(c.nbytes for c in converts) * factor
     report, fp16 = simulate(weight_only).to_dict(), simulate(plain).to_dict()
     assert report["traffic"]["HBM"]["read_bytes"] - m * k * 2 == k * n  # B once, int8
     assert fp16["traffic"]["HBM"]["read_bytes"] - m * k * 2 == 2 * k * n

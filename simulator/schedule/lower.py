@@ -150,12 +150,12 @@ def lower_matmul(
     chunks = chunks_by_shape.setdefault((shape, t), {})
     multicast = multicast_sides(t, hw.multicast_cores, len(kernel.gemms))
     # cell i runs on core i mod cores: one cell each, or with `split: blocks` in waves
-    cores = tuple(
+    builders = [
         _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast)
-        .emit(cells[core :: hw.cores])
-        .build()
-        for core in range(min(hw.cores, len(cells)))
-    )
+        for _ in range(min(hw.cores, len(cells)))
+    ]
+    cores = tuple(b.emit(cells[core :: hw.cores]).build() for core, b in enumerate(builders))
+    converted_bytes = sum(b.converted_bytes for b in builders)  # weight-only's conversions
     ins = {name for op in kernel.ops for name in op.inputs} - {op.output for op in kernel.ops}
     plan = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
     if kernel.epilogue:
@@ -187,7 +187,8 @@ def lower_matmul(
         sum(read_once_bytes(n, readers_of(kernel.ops, n), tensors) for n in ins),
         tensors[kernel.output].nbytes,
         plan,
-        vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector),
+        vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector)
+        + converted_bytes * hw.vector.cost_factor[CONVERT],
         cube_flops=kernel_flops(kernel.gemms, tensors),
         gemms=len(kernel.gemms),
     )
@@ -290,6 +291,7 @@ class _MatmulCore:
             for _ in range(g)
         ]
         self.chain = None
+        self.converted_bytes = 0  # of int8 weight blocks converted in L0B (weight-only)
         if self.kernel.epilogue:
             cols = shape.n if self.kernel.rowwise else t.base_n
             self.chain = VectorChain(
@@ -407,6 +409,7 @@ class _MatmulCore:
         moves, converts, mmads, acc_slots, ring_next = built
         self.core.queues["MTE1"].extend(moves)
         self.core.queues["VECTOR"].extend(converts)
+        self.converted_bytes += sum(convert.nbytes for convert in converts)
         self.core.queues["CUBE"].extend(mmads)
         for ring, position in zip(rings, ring_next):
             ring.next = position
