@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .config.figures import CLASSES, OVERRIDE, UNCLASSIFIED
+from .config.runtime import runtime_names
 from .config.transformer import WEIGHT_DTYPES
 from .errors import printable
 from .sweep import PLOTTABLE
@@ -158,8 +159,8 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument(
         "--runtime",
         metavar="RUNTIME",
-        help="the software driving the chip: a profile (cuda-graphs, stream, vllm-v0, "
-        "vllm-v1; python -m simulator figures RUNTIME shows its figures) or a runtime file; "
+        help=f"the software driving the chip: a profile ({', '.join(runtime_names())}; "
+        "python -m simulator figures RUNTIME shows its figures) or a runtime file; "
         "its launch costs replace the hardware file's and its host time joins every step "
         "(default: the hardware file's launch figures, no host time)",
     )
