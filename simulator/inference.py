@@ -226,12 +226,12 @@ def infer(
         for phase, hz in capped.items()
         if hardware.energy is not None
     ]
-    if len(first_steps) > 1 or first_steps[0].phase == "decode":
+    if runtime is not None and runtime.first_token == DECODE:
         notes.append(
-            f"runtime {runtime.name if runtime else ''} leaves the prompt's last token to its "
-            f"first decode step: the first token follows "
+            f"runtime {runtime.name} leaves the prompt's last token to its first decode step: "
+            "the first token follows "
             + (f"a prefill of {prompt - 1:,} tokens and " if prompt > 1 else "")
-            + f"a decode step at context {prompt:,} (both counted in the prefill column)"
+            + f"a decode step at context {prompt:,} (counted in the prefill column)"
         )
     if model.experts > 1:  # say how the tokens were taken to reach the experts
         routed = [prefill_step, *([Step("decode", batch, 1, prompt + 1)] if generate > 1 else [])]
