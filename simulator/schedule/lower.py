@@ -270,6 +270,7 @@ class _MatmulCore:
         ]
         g = len(self.bs)
         self.side_names = ["A"] + (["B"] if g == 1 else [f"B{i}" for i in range(g)])
+        self.converted_bytes = 0  # of int8 weight blocks converted in L0B (weight-only)
 
     def emit(self, cells: list[tuple[range, tuple[int, int], tuple[int, int]]]):
         """The core's program for its cells (batches, rows, columns), one after another."""
@@ -291,7 +292,6 @@ class _MatmulCore:
             for _ in range(g)
         ]
         self.chain = None
-        self.converted_bytes = 0  # of int8 weight blocks converted in L0B (weight-only)
         if self.kernel.epilogue:
             cols = shape.n if self.kernel.rowwise else t.base_n
             self.chain = VectorChain(
@@ -447,7 +447,7 @@ class _MatmulCore:
                 moves.append(move)
             b_ready = []  # per GEMM: the flag its mmad waits on for its B block
             for ring, slot in moved[1:]:
-                if not shape.weight_only:
+                if not shape.weight_only:  # the move's landing is the block's readiness
                     b_ready.append(ring.ready[slot])
                     continue
                 convert = Draft(

@@ -53,6 +53,7 @@ class MatmulShape:
 
     @property
     def weight_only(self) -> bool:
+        """int8 weights by fp16/bf16 activations: each B block is converted before the Cube."""
         return self.cube_b_bytes > self.b_bytes
 
 
