@@ -19,11 +19,11 @@ from .errors import quote
 from .units import DTYPE_BYTES
 
 FLOAT_DTYPES = ("fp16", "bf16", "fp32")
-CUBE_DTYPES = ("fp16", "bf16", "int8")
+CUBE_DTYPES = ("fp16", "bf16", "fp8", "int8")
 FLOAT_CUBE_DTYPES = ("fp16", "bf16")  # may multiply int8 weights (weight-only quantization)
 # Accumulator dtype of the Cube per input dtype; the matmul result is cast on the way out
 # (FIXPIPE) unless the op says otherwise.
-CUBE_RESULT = {"fp16": "fp16", "bf16": "bf16", "int8": "int32"}
+CUBE_RESULT = {"fp16": "fp16", "bf16": "bf16", "fp8": "bf16", "int8": "int32"}
 
 Shape = tuple[int, ...]
 
@@ -46,9 +46,12 @@ def _bool(value: Any) -> bool:
     return value
 
 
-def _int_dtype(value: Any) -> str:
-    if value != "int8":
-        raise ValueError(f"{value!r}: quantize produces int8")
+QUANTIZED_DTYPES = ("int8", "fp8")
+
+
+def _quantized_dtype(value: Any) -> str:
+    if value not in QUANTIZED_DTYPES:
+        raise ValueError(f"{value!r}: quantize produces {' or '.join(QUANTIZED_DTYPES)}")
     return value
 
 
@@ -263,8 +266,8 @@ def _quantize(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
 
 def _dequantize(operands: list[Operand], attrs: dict) -> tuple[Shape, str]:
     x, scale = operands
-    if x.dtype not in ("int8", "int32"):
-        raise ValueError(f"dequantize takes int8 or int32 input, {x.name} is {x.dtype}")
+    if x.dtype not in (*QUANTIZED_DTYPES, "int32"):
+        raise ValueError(f"dequantize takes int8, fp8 or int32 input, {x.name} is {x.dtype}")
     if not broadcasts(scale.shape, x.shape):
         raise ValueError(
             f"scale {scale.name} {list(scale.shape)} does not broadcast to "
@@ -395,7 +398,7 @@ OPS: dict[str, OpSpec] = {
             "convert",
             2,
             _quantize,
-            attrs={"to": (_int_dtype, "int8")},
+            attrs={"to": (_quantized_dtype, "int8")},
         ),
         OpSpec(
             "dequantize",

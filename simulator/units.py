@@ -12,7 +12,7 @@ import math
 import re
 
 # Bytes per element of each data type a tensor or a Cube mode can have.
-DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "int8": 1, "int32": 4}
+DTYPE_BYTES = {"fp16": 2, "bf16": 2, "fp32": 4, "fp8": 1, "int8": 1, "int32": 4}  # fp8: e4m3
 
 MAX_SIZE_BYTES = 2**50  # 1 PiB: more than any memory a chip has
 

@@ -120,7 +120,7 @@ def test_norm_weight_shape(tiny):
 
 def test_dequantize_needs_integers(tiny):
     [p] = problems(tiny, {"x": [4, 8], "s": [8]}, [op("d", "dequantize", ["x", "s"], "y")])
-    assert "dequantize takes int8 or int32 input, x is fp16" in p
+    assert "dequantize takes int8, fp8 or int32 input, x is fp16" in p
 
 
 def test_reshape_must_keep_the_element_count(tiny):
@@ -194,3 +194,26 @@ def test_int8_matmul_accumulates_in_int32(tiny):
         "ops": [op("mm", "matmul", ["x", "w"], "y")],
     }
     assert parse_workload(raw, "g.yaml", tiny).tensors["y"].dtype == "int32"
+
+
+def test_fp8_quantizes_and_multiplies_where_the_cube_has_an_fp8_mode(tiny):
+    """fp8 (e4m3, one byte) is what quantize may produce and a Cube with an fp8 fractal
+    multiplies, into bf16; a chip without one refuses the matmul by name."""
+    from simulator import load_hardware
+
+    def workload(hw):
+        raw = {
+            "name": "t",
+            "hardware": hw.name,
+            "tensors": {"x": {"shape": [16, 32]}, "w": {"shape": [32, 16], "dtype": "fp8"}},
+            "ops": [
+                op("q", "quantize", ["x"], "xq", to="fp8"),
+                op("mm", "matmul", ["xq", "w"], "y"),
+            ],
+        }
+        return parse_workload(raw, "g.yaml", hw)
+
+    tensors = workload(load_hardware("h100")).tensors
+    assert (tensors["xq"].dtype, tensors["y"].dtype) == ("fp8", "bf16")
+    with pytest.raises(ConfigError, match="the Cube of tiny has no fp8 mode"):
+        workload(tiny)

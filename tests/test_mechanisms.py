@@ -460,3 +460,33 @@ def test_int8_weights_meet_fp16_activations_converted_block_by_block(tiny):
             "ops": [{"name": "mm", "op": "matmul", "inputs": ["x", "w"], "output": "y"}],
         }
         parse_workload(raw, "t.yaml", hw)
+
+
+def test_fp8_moves_a_byte_an_element_and_multiplies_at_its_fractal_rate():
+    """An fp8 GEMM reads half an fp16 one's operand bytes from HBM and its Cube calls take
+    the fp8 fractal's steps: on the h100, whose fp8 fractal is twice fp16's deep in K (1979
+    against 989 dense TFLOPS), a call of the same block takes half the steps."""
+    from simulator import load_hardware
+    from simulator.cost import cube_peak_cycles, fractal_steps
+
+    h100 = load_hardware("h100")
+    m, n, k = 256, 512, 1024
+
+    def gemm(dtype):
+        raw = {
+            "name": dtype,
+            "hardware": "h100",
+            "dtype": dtype,
+            "tensors": {"a": {"shape": [m, k]}, "b": {"shape": [k, n], "kind": "weight"}},
+            "ops": [{"name": "mm", "op": "matmul", "inputs": ["a", "b"], "output": "c"}],
+        }
+        return parse_workload(raw, "t.yaml", h100)
+
+    fp8, fp16 = (simulate(gemm(d)).to_dict() for d in ("fp8", "fp16"))
+    assert fp8["traffic"]["HBM"]["read_bytes"] == (m * k + k * n)
+    assert fp16["traffic"]["HBM"]["read_bytes"] == 2 * (m * k + k * n)
+    block = (128, 128, 128)
+    fp8_steps = fractal_steps(*block, h100.cube.fractal["fp8"])
+    assert 2 * fp8_steps == fractal_steps(*block, h100.cube.fractal["fp16"])
+    flops = 2 * m * n * k
+    assert 2 * cube_peak_cycles(flops, "fp8", h100) == cube_peak_cycles(flops, "fp16", h100)

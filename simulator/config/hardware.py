@@ -60,7 +60,7 @@ LEVELS = SHARED_MEMORIES + BUFFERS
 VECTOR_COST_CLASSES = ("elementwise", "transcendental", "reduction")
 # a type conversion (int8 to fp16 and back), the elementwise factor where a file gives none
 CONVERT = "convert"
-DTYPES = ("fp16", "bf16", "fp32", "int8")
+DTYPES = ("fp16", "bf16", "fp32", "fp8", "int8")
 ACCUMULATOR_BYTES = 4  # the Cube accumulates in fp32 (int32 for int8)
 
 
