@@ -27,6 +27,10 @@ class Case:
     b_layout: str = "nd"  # "nz": B stored in Ascend's fractal layout (CATLASS zN)
     # the chip as the source ran it where the preset differs: (field, value) pairs
     overrides: tuple[tuple[str, object], ...] = ()
+    # what the source timed: "call", the time a call takes, its launch included (the default,
+    # where a source does not say); "kernel", a profiler's kernel time, which starts after
+    # the launch the simulator waits on
+    timed: str = "call"
 
 
 def from_time(m: int, n: int, k: int, microseconds: float) -> float:
