@@ -146,8 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--weights",
         choices=WEIGHT_DTYPES,
         default="fp16",
-        help="weights: fp16 (default), int8 (W8A8: activations quantized too) or w8a16 (int8 "
-        "weights alone, converted to fp16 as they reach the matrix unit)",
+        help="weights: fp16 (default), int8 (W8A8: activations quantized too), w8a16 (int8 "
+        "weights alone, converted to fp16 as they reach the matrix unit) or fp8 (W8A8 in fp8 "
+        "e4m3, on a chip whose matrix unit has an fp8 mode: h100, h200)",
     )
     infer.add_argument(
         "--chips",

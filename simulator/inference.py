@@ -131,6 +131,11 @@ def infer(
         raise SimulatorError(f"fusion must be none or auto, got {fusion!r}")
     if weights not in WEIGHT_DTYPES:
         raise SimulatorError(f"weights must be one of {', '.join(WEIGHT_DTYPES)}, got {weights!r}")
+    if weights == "fp8" and "fp8" not in hardware.cube.fractal:
+        raise SimulatorError(
+            f"fp8 weights need a matrix unit with an fp8 mode, and {hardware.name}'s has "
+            f"{', '.join(hardware.cube.fractal)}; try int8 or w8a16 weights"
+        )
     if prompt + generate > model.max_context:
         raise SimulatorError(
             f"{model.name} attends over at most {model.max_context:,} positions "

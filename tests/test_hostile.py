@@ -64,9 +64,9 @@ CASES = [
     ("shape-not-list", edit("[m, k]", "m"), [], "expected a list of dimensions"),
     (
         "unknown-dtype",
-        edit("{shape: [m, k]}", "{shape: [m, k], dtype: fp8}"),
+        edit("{shape: [m, k]}", "{shape: [m, k], dtype: fp4}"),
         [],
-        "'fp8' is not one of",
+        "'fp4' is not one of",
     ),
     (
         "unknown-kind",

@@ -122,6 +122,30 @@ def test_weight_only_int8_keeps_activations_fp16_and_reads_half_the_weights(tiny
     )
 
 
+def test_fp8_weights_multiply_fp8_activations_into_fp16_where_the_cube_has_fp8():
+    """fp8: each projection quantizes its input to fp8 once, multiplies fp8 by an fp8 weight
+    into fp16 and scales the result per channel; its weights take the bytes of int8's. A chip
+    without an fp8 mode refuses the request in one line, before anything runs."""
+    from simulator import load_hardware
+
+    h100, model, step = load_hardware("h100"), toy(), Step("decode", 1, 1, 64)
+    built = {w: step_workload(model, h100, step, 2, "auto", w) for w in ("int8", "fp8")}
+    fp8 = built["fp8"]
+    matmuls = [op for op in fp8.ops if op.op == "matmul" and op.name != "lm_head"]
+    assert len(matmuls) >= 7 * 2
+    for op in matmuls:
+        x, w = (fp8.tensors[name] for name in op.inputs)
+        assert (x.dtype, w.dtype, fp8.tensors[op.output].dtype) == ("fp8", "fp8", "fp16")
+    assert {op.op for op in fp8.ops} >= {"quantize", "mul"}
+
+    def weight_bytes(workload):
+        return sum(t.nbytes for t in workload.tensors.values() if t.kind == "weight")
+
+    assert weight_bytes(fp8) == weight_bytes(built["int8"])
+    with pytest.raises(SimulatorError, match="fp8 weights need a matrix unit with an fp8 mode"):
+        infer(model, load_hardware("a100"), prompt=4, generate=1, weights="fp8")
+
+
 def test_grouped_query_attention_reads_each_key_value_head_once(tiny):
     """Four query heads over two key/value heads: the cache read per layer is the two heads'
     K and V over the context, not four."""

@@ -18,7 +18,10 @@ K and V of the new tokens are written to HBM: that is the cache write. With int8
 each projection runs W8A8, as workloads/ffn_decode_int8.yaml: the activation is quantized
 once per input, the Cube multiplies int8, each output channel is dequantized with its scale.
 With w8a16 weights (weight-only) the activation stays fp16: the int8 weight is converted to
-fp16 as each block reaches the Cube, and each output channel is multiplied by its scale.
+fp16 as each block reaches the Cube, and each output channel is multiplied by its scale. With
+fp8 weights each projection runs W8A8 in fp8 (e4m3), where the Cube has an fp8 mode: the
+activation is quantized to fp8 once per input, the Cube multiplies fp8 into fp16, and each
+output channel is multiplied by its scale.
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ from .hardware import Hardware
 from .model import ModelConfig
 from .workload import Workload, parse_workload
 
-WEIGHT_DTYPES = ("fp16", "int8", "w8a16")  # int8: W8A8; w8a16: int8 weights alone
+WEIGHT_DTYPES = ("fp16", "int8", "w8a16", "fp8")  # int8: W8A8; w8a16: int8 weights alone
+WEIGHT_DTYPE = {"w8a16": "int8", "fp8": "fp8"}  # the stored weight's dtype, where not fp16
 EXPERTS = "experts_"  # names of a mixture of experts' ops and weights: l0_experts_gate...
 
 
@@ -145,10 +149,19 @@ class _Builder:
             scale = self.tensor(f"{name}_scale", [cols], kind="weight")
             acc = self.op(name, op, [self.quantized[x], w], f"{name}_acc")
             y = self.op(f"{name}_dequant", "dequantize", [acc, scale], f"{name}_out")
-        elif self.weights == "w8a16":
-            w = self.tensor(f"{name}_w", shape, kind="weight", dtype="int8", layout="nz")
+        elif self.weights in ("w8a16", "fp8"):  # fp8: both operands fp8, into fp16
+            w = self.tensor(
+                f"{name}_w", shape, kind="weight", dtype=WEIGHT_DTYPE[self.weights], layout="nz"
+            )
             scale = self.tensor(f"{name}_scale", [cols], kind="weight")
-            acc = self.op(name, op, [x, w], f"{name}_acc")
+            if self.weights == "fp8":
+                if x not in self.quantized:
+                    self.quantized[x] = self.op(
+                        f"{name}_quant", "quantize", [x], f"{x}_q", to="fp8"
+                    )
+                acc = self.op(name, op, [self.quantized[x], w], f"{name}_acc", to="fp16")
+            else:
+                acc = self.op(name, op, [x, w], f"{name}_acc")
             y = self.op(f"{name}_scaled", "mul", [acc, scale], f"{name}_out")
         else:
             w = self.tensor(f"{name}_w", shape, kind="weight", layout="nz")
