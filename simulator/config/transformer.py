@@ -34,7 +34,7 @@ from .model import ModelConfig
 from .workload import Workload, parse_workload
 
 WEIGHT_DTYPES = ("fp16", "int8", "w8a16", "fp8")  # int8: W8A8; w8a16: int8 weights alone
-WEIGHT_DTYPE = {"w8a16": "int8", "fp8": "fp8"}  # the stored weight's dtype, where not fp16
+WEIGHT_DTYPE = {"int8": "int8", "w8a16": "int8", "fp8": "fp8"}  # the weights' dtype
 EXPERTS = "experts_"  # names of a mixture of experts' ops and weights: l0_experts_gate...
 
 
@@ -142,34 +142,32 @@ class _Builder:
         """x · W (+ b), W stored in the fractal layout deployed models use; with `experts`,
         x is [experts, tokens, rows] and W one matrix per expert, stacked."""
         shape, op = ([experts, rows, cols], "batch_matmul") if experts else ([rows, cols], "matmul")
-        if self.weights == "int8":
-            if x not in self.quantized:
-                self.quantized[x] = self.op(f"{name}_quant", "quantize", [x], f"{x}_q")
-            w = self.tensor(f"{name}_w", shape, kind="weight", dtype="int8", layout="nz")
-            scale = self.tensor(f"{name}_scale", [cols], kind="weight")
-            acc = self.op(name, op, [self.quantized[x], w], f"{name}_acc")
-            y = self.op(f"{name}_dequant", "dequantize", [acc, scale], f"{name}_out")
-        elif self.weights in ("w8a16", "fp8"):  # fp8: both operands fp8, into fp16
-            w = self.tensor(
-                f"{name}_w", shape, kind="weight", dtype=WEIGHT_DTYPE[self.weights], layout="nz"
-            )
-            scale = self.tensor(f"{name}_scale", [cols], kind="weight")
-            if self.weights == "fp8":
-                if x not in self.quantized:
-                    self.quantized[x] = self.op(
-                        f"{name}_quant", "quantize", [x], f"{x}_q", to="fp8"
-                    )
-                acc = self.op(name, op, [self.quantized[x], w], f"{name}_acc", to="fp16")
-            else:
-                acc = self.op(name, op, [x, w], f"{name}_acc")
-            y = self.op(f"{name}_scaled", "mul", [acc, scale], f"{name}_out")
-        else:
+        if self.weights == "fp16":
             w = self.tensor(f"{name}_w", shape, kind="weight", layout="nz")
-            y = self.op(name, op, [x, w], f"{name}_out")
-        if bias:
-            b = self.tensor(f"{name}_bias", [cols], kind="weight")
-            y = self.op(f"{name}_add_bias", "bias_add", [y, b], f"{name}_biased")
-        return y
+            return self._bias(name, self.op(name, op, [x, w], f"{name}_out"), cols, bias)
+        dtype = WEIGHT_DTYPE[self.weights]
+        w = self.tensor(f"{name}_w", shape, kind="weight", dtype=dtype, layout="nz")
+        scale = self.tensor(f"{name}_scale", [cols], kind="weight")
+        if self.weights == "w8a16":  # weight-only: the fp16 activation meets the int8 weight
+            acc = self.op(name, op, [x, w], f"{name}_acc")
+            y = self.op(f"{name}_scaled", "mul", [acc, scale], f"{name}_out")
+        else:  # W8A8: each input quantized once, for every projection that reads it
+            if x not in self.quantized:
+                to = {} if dtype == "int8" else {"to": dtype}
+                self.quantized[x] = self.op(f"{name}_quant", "quantize", [x], f"{x}_q", **to)
+            if dtype == "int8":  # int8 by int8 into int32, dequantized per channel
+                acc = self.op(name, op, [self.quantized[x], w], f"{name}_acc")
+                y = self.op(f"{name}_dequant", "dequantize", [acc, scale], f"{name}_out")
+            else:  # fp8 by fp8 into fp16, scaled per channel
+                acc = self.op(name, op, [self.quantized[x], w], f"{name}_acc", to="fp16")
+                y = self.op(f"{name}_scaled", "mul", [acc, scale], f"{name}_out")
+        return self._bias(name, y, cols, bias)
+
+    def _bias(self, name: str, y: str, cols: int, bias: bool) -> str:
+        if not bias:
+            return y
+        b = self.tensor(f"{name}_bias", [cols], kind="weight")
+        return self.op(f"{name}_add_bias", "bias_add", [y, b], f"{name}_biased")
 
     def norm(self, name: str, x: str) -> str:
         gain = self.tensor(f"{name}_gain", [self.model.hidden], kind="weight")
