@@ -33,6 +33,11 @@ from .workers import Stopped, stopping_on_sigterm
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    hardware = getattr(args, "hardware_override", None)
+    if hardware:  # as --set hardware=NAME, a file's path taken from here
+        if Path(hardware).suffix in (".yaml", ".yml"):
+            hardware = os.path.abspath(hardware)
+        args.overrides.insert(0, f"hardware={hardware}")
     try:
         commands = {
             "run": _run,

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 
 from .config.figures import CLASSES, OVERRIDE, UNCLASSIFIED
+from .config.hardware import preset_names
+from .config.model import model_names
 from .config.runtime import runtime_names
 from .config.transformer import WEIGHT_DTYPES
 from .errors import printable
@@ -29,6 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Simulate a workload on its hardware and print the report.",
     )
     run.add_argument("workload", help="workload YAML file, e.g. workloads/ffn_decode.yaml")
+    _hardware(run)
     _overrides(
         run,
         "override any field, e.g. params.tokens=2048 or "
@@ -66,6 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the kernels, the ops in each, and for every op left unfused the reason.",
     )
     plan.add_argument("workload")
+    _hardware(plan)
     _overrides(plan, "override any field (repeatable)")
 
     compare = sub.add_parser(
@@ -77,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Without any axis the variants are schedule.fusion=none and =auto.",
     )
     compare.add_argument("workload")
+    _hardware(compare)
     _overrides(compare, "a value for all variants, or (repeated with other values) a variant axis")
     compare.add_argument(
         "--variant",
@@ -125,9 +130,15 @@ def build_parser() -> argparse.ArgumentParser:
         "needs. Layers that repeat and decode contexts between simulated ones are reused and "
         "interpolated (the report says how); --exact simulates everything.",
     )
-    infer.add_argument("model", help="a shipped model (llama2-7b, ...) or a config.json path")
     infer.add_argument(
-        "--hardware", default="ascend910", help="preset or hardware file (default ascend910)"
+        "model",
+        help=f"a shipped model ({', '.join(model_names())}; any case) or a config.json path",
+    )
+    infer.add_argument(
+        "--hardware",
+        default="ascend910",
+        help=f"a preset ({', '.join(preset_names())}; any case) or a hardware file "
+        "(default ascend910)",
     )
     infer.add_argument("--batch", type=_count, default=1, help="sequences at once (default 1)")
     infer.add_argument(
@@ -193,6 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         "alone), and report the chosen tiling against the default and the roofline.",
     )
     tune.add_argument("workload")
+    _hardware(tune)
     _overrides(tune, "override any field first (repeatable)")
     tune.add_argument(
         "--top",
@@ -219,6 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Illegal points (a tile that does not fit) are rows with their reason.",
     )
     sweep.add_argument("workload")
+    _hardware(sweep)
     sweep.add_argument(
         "--grid",
         action="append",
@@ -337,6 +350,18 @@ def _max_cycles(parser: argparse.ArgumentParser) -> None:
         help="stop a run that "
         "passes N simulated cycles (default: 1000 x the roofline bound + 10 "
         "million)",
+    )
+
+
+def _hardware(parser: argparse.ArgumentParser) -> None:
+    """`--hardware NAME`: the workload run on another chip (main passes it on as --set
+    hardware=NAME, so a --set of another hardware beside it is refused as any two are)."""
+    parser.add_argument(
+        "--hardware",
+        dest="hardware_override",
+        metavar="NAME",
+        help=f"a preset ({', '.join(preset_names())}; any case) or a hardware file, in place "
+        "of the workload's (as --set hardware=NAME)",
     )
 
 

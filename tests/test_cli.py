@@ -235,3 +235,40 @@ def test_help_and_import_leave_the_heavy_libraries_unloaded():
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"
+
+
+def test_hardware_picks_the_chip_of_a_workload(tmp_path):
+    """`--hardware` runs a workload on another chip, by preset name in any case or by a
+    file's path from where the user stands; with a --set of another chip it is refused, as
+    two values of one field are."""
+
+    def chip(*args):
+        out = tmp_path / "r.json"
+        result = run_cli("run", "workloads/ffn_decode.yaml", *args, "--json", str(out))
+        assert result.returncode == 0, result.stderr
+        return json.loads(out.read_text())["hardware"]
+
+    assert chip("--hardware", "H100") == "h100"
+    assert chip("--hardware", str(Path("hw_models") / "h200.yaml")) == "h200"
+    assert_user_error(
+        run_cli("run", "workloads/ffn_decode.yaml", "--hardware", "h100", "--set", "hardware=a100"),
+        "hardware is already set to 'h100'",
+    )
+    assert_user_error(
+        run_cli("plan", "workloads/ffn_decode.yaml", "--hardware", "h1000"),
+        "no hardware preset named 'h1000' (presets: a100,",
+    )
+
+
+def test_shipped_names_are_found_whatever_their_case_and_help_lists_them():
+    from simulator import load_hardware, load_model
+    from simulator.config.hardware import preset_names
+    from simulator.config.model import model_names
+    from simulator.config.runtime import load_runtime
+
+    assert load_hardware("H100").name == "h100"
+    assert load_model("LLaMA2-7B").name == "llama2-7b"
+    assert load_runtime("CUDA-Graphs").name == "cuda-graphs"
+    for command, names in (("run", preset_names()), ("infer", model_names() + preset_names())):
+        text = " ".join(run_cli(command, "--help").stdout.split())
+        assert all(name in text for name in names), (command, text)

@@ -237,7 +237,7 @@ def resolve_hardware_path(name_or_path: str, relative_to: Path | None = None) ->
         if not candidate.is_absolute() and relative_to is not None:
             candidate = relative_to / candidate
         return candidate
-    return PRESET_DIR / f"{name_or_path}.yaml"
+    return PRESET_DIR / f"{shipped_name(name_or_path, preset_names()) or name_or_path}.yaml"
 
 
 def preset_names() -> list[str]:
@@ -294,6 +294,16 @@ def load_hardware(
 
 
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a shipped file named bare
+
+
+def shipped_name(name: str, names: Sequence[str]) -> str | None:
+    """The shipped preset, model or profile `name` means, whatever its case (`H100` is
+    h100); None if it means none."""
+    if name in names:
+        return name
+    folded = [shipped for shipped in names if shipped.casefold() == name.casefold()]
+    return folded[0] if len(folded) == 1 else None
+
 
 # Sanity ranges: a figure outside them is a slip (a unit off by 1e3 or 1e6), not a chip.
 CLOCK_RANGE_HZ = (1e6, 1e11)  # 1 MHz to 100 GHz

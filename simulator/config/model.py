@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
+from .hardware import shipped_name
 from .strict import (
     MAX_NESTING,
     Fields,
@@ -170,7 +171,8 @@ def load_model(
     name_or_path = str(name_or_path)
     path = Path(name_or_path)
     if path.suffix != ".json":
-        if name_or_path not in model_names():
+        shipped = shipped_name(name_or_path, model_names())
+        if shipped is None:
             raise ConfigError(
                 name_or_path,
                 [
@@ -178,7 +180,7 @@ def load_model(
                     "a config file's path ends in .json)"
                 ],
             )
-        path = MODEL_DIR / f"{name_or_path}.json"
+        path = MODEL_DIR / f"{shipped}.json"
     source = str(path)
     raw = read_json(source, read_text(path, MAX_CONFIG_BYTES))
     if not isinstance(raw, dict):

@@ -30,14 +30,13 @@ first decode step (`first_token: decode`) gives its first token after both.
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ..errors import ConfigError, Problems, quote
 from ..units import parse_time
 from .figures import Figure, parse_figures
-from .hardware import FILE_NAME, PRESET_DIR, Hardware
+from .hardware import PRESET_DIR, Hardware, shipped_name
 from .strict import Fields, as_name, read_yaml
 
 RUNTIME_DIR = PRESET_DIR / "runtimes"
@@ -111,8 +110,8 @@ def load_runtime(name_or_path: str) -> Runtime:
         path = Path(text)
         if not path.exists():
             raise ConfigError(text, [f"{quote(text)}: no such file"])
-    elif FILE_NAME.fullmatch(text) and os.path.isfile(RUNTIME_DIR / f"{text}.yaml"):
-        path = RUNTIME_DIR / f"{text}.yaml"
+    elif shipped_name(text, runtime_names()):
+        path = RUNTIME_DIR / f"{shipped_name(text, runtime_names())}.yaml"
     else:
         raise ConfigError(
             text,
