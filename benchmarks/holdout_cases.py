@@ -124,6 +124,12 @@ GEMMS = (
 # scaling (per 1 x 128 of A and 128 x 128 of B, promoted in the CUDA cores) is DeepGEMM's
 # own; the table is taken whole. Its tests time the kernel alone (`bench_kineto`: the torch
 # profiler's time of the fp8_gemm kernel, L2 flushed between runs), so the launch is not in it.
+DEEPGEMM_NK = ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048))
+DEEPGEMM_TFLOPS = {  # M: TFLOPS at each N x K above
+    64: (206, 289, 219, 336, 287, 295),
+    128: (352, 535, 358, 645, 533, 510),
+    4096: (1009, 1125, 751, 1426, 1265, 1168),
+}
 DEEPGEMM = tuple(
     Case(
         f"DG{i + 1}",
@@ -137,17 +143,10 @@ DEEPGEMM = tuple(
         transpose_b=True,
         timed="kernel",
     )
-    for i, (m, n, k, tflops) in enumerate(
-        (m, n, k, tflops)
-        for m, row in (
-            (64, (206, 289, 219, 336, 287, 295)),
-            (128, (352, 535, 358, 645, 533, 510)),
-            (4096, (1009, 1125, 751, 1426, 1265, 1168)),
-        )
-        for (n, k), tflops in zip(
-            ((2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)),
-            row,
-        )
+    for i, (m, (n, k), tflops) in enumerate(
+        (m, nk, tflops)
+        for m, row in DEEPGEMM_TFLOPS.items()
+        for nk, tflops in zip(DEEPGEMM_NK, row)
     )
 )
 

@@ -110,8 +110,8 @@ def load_runtime(name_or_path: str) -> Runtime:
         path = Path(text)
         if not path.exists():
             raise ConfigError(text, [f"{quote(text)}: no such file"])
-    elif shipped_name(text, runtime_names()):
-        path = RUNTIME_DIR / f"{shipped_name(text, runtime_names())}.yaml"
+    elif shipped := shipped_name(text, runtime_names()):
+        path = RUNTIME_DIR / f"{shipped}.yaml"
     else:
         raise ConfigError(
             text,
