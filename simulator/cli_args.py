@@ -22,6 +22,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m simulator", description="Cycle-approximate NPU memory-hierarchy simulator."
     )
     parser.add_argument("--version", action="version", version=f"{NAME} {__version__}")
+    presets = ", ".join(preset_names())  # read once: six commands name them
     sub = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser
     )
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Simulate a workload on its hardware and print the report.",
     )
     run.add_argument("workload", help="workload YAML file, e.g. workloads/ffn_decode.yaml")
-    _hardware(run)
+    _hardware(run, presets)
     _overrides(
         run,
         "override any field, e.g. params.tokens=2048 or "
@@ -69,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Print the kernels, the ops in each, and for every op left unfused the reason.",
     )
     plan.add_argument("workload")
-    _hardware(plan)
+    _hardware(plan, presets)
     _overrides(plan, "override any field (repeatable)")
 
     compare = sub.add_parser(
@@ -81,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Without any axis the variants are schedule.fusion=none and =auto.",
     )
     compare.add_argument("workload")
-    _hardware(compare)
+    _hardware(compare, presets)
     _overrides(compare, "a value for all variants, or (repeated with other values) a variant axis")
     compare.add_argument(
         "--variant",
@@ -137,8 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument(
         "--hardware",
         default="ascend910",
-        help=f"a preset ({', '.join(preset_names())}; any case) or a hardware file "
-        "(default ascend910)",
+        help=f"a preset ({presets}; any case) or a hardware file (default ascend910)",
     )
     infer.add_argument("--batch", type=_count, default=1, help="sequences at once (default 1)")
     infer.add_argument(
@@ -204,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         "alone), and report the chosen tiling against the default and the roofline.",
     )
     tune.add_argument("workload")
-    _hardware(tune)
+    _hardware(tune, presets)
     _overrides(tune, "override any field first (repeatable)")
     tune.add_argument(
         "--top",
@@ -231,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Illegal points (a tile that does not fit) are rows with their reason.",
     )
     sweep.add_argument("workload")
-    _hardware(sweep)
+    _hardware(sweep, presets)
     sweep.add_argument(
         "--grid",
         action="append",
@@ -353,14 +353,14 @@ def _max_cycles(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _hardware(parser: argparse.ArgumentParser) -> None:
+def _hardware(parser: argparse.ArgumentParser, presets: str) -> None:
     """`--hardware NAME`: the workload run on another chip (main passes it on as --set
     hardware=NAME, so a --set of another hardware beside it is refused as any two are)."""
     parser.add_argument(
         "--hardware",
         dest="hardware_override",
         metavar="NAME",
-        help=f"a preset ({', '.join(preset_names())}; any case) or a hardware file, in place "
+        help=f"a preset ({presets}; any case) or a hardware file, in place "
         "of the workload's (as --set hardware=NAME)",
     )
 

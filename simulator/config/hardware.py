@@ -237,6 +237,9 @@ def resolve_hardware_path(name_or_path: str, relative_to: Path | None = None) ->
         if not candidate.is_absolute() and relative_to is not None:
             candidate = relative_to / candidate
         return candidate
+    preset = PRESET_DIR / f"{name_or_path}.yaml"
+    if FILE_NAME.fullmatch(name_or_path) and len(preset.name) < 256 and preset.is_file():
+        return preset  # the usual case: no need to list the presets
     return PRESET_DIR / f"{shipped_name(name_or_path, preset_names()) or name_or_path}.yaml"
 
 
