@@ -26,7 +26,11 @@ def matmul_workload(hw, m, n, k, tiling=None, extra_ops=(), name="test"):
     return parse_workload(raw, "<test>", hw)
 
 
-def with_queue_depth(hw, depth):
-    """The chip with every engine keeping `depth` global transfers in flight."""
-    engines = {name: replace(engine, queue_depth=depth) for name, engine in hw.engines.items()}
+def with_queue_depth(hw, depth, streams="one"):
+    """The chip with every engine keeping `depth` global transfers in flight, moving them as
+    `streams` (one, or one per tensor)."""
+    engines = {
+        name: replace(engine, queue_depth=depth, streams=streams)
+        for name, engine in hw.engines.items()
+    }
     return replace(hw, engines=engines)

@@ -23,7 +23,7 @@ from simulator.schedule.program import (
     transfer,
 )
 
-from .helpers import matmul_workload
+from .helpers import matmul_workload, with_queue_depth
 
 LAUNCH, MTE2, L2_LAT, HBM_LAT = 100, 10, 20, 100
 
@@ -243,8 +243,6 @@ def test_slots_taken_beyond_a_buffers_capacity_are_caught(tiny):
 
 
 def queued(hw, depth):
-    from .helpers import with_queue_depth
-
     return with_queue_depth(hw, depth)
 
 
@@ -259,6 +257,34 @@ def test_a_queue_overlaps_start_ups_with_earlier_data_which_moves_in_order(tiny)
     assert [r.start_cycle for r in records] == [LAUNCH] * 3
     assert [r.end_cycle for r in records] == [LAUNCH + alone + 10 * i for i in (0, 1, 2)]
     assert [r.wait_bandwidth_cycles for r in records] == [0, 10, 10]
+
+
+def test_an_engine_of_a_stream_per_tensor_moves_tensors_side_by_side(tiny):
+    """A GPU's copies: three tensors' loads issued together share HBM's 64 B/cycle at once, a
+    third each, and land together, where one stream lands them 10 cycles apart."""
+    nbytes, alone = 640, MTE2 + L2_LAT + HBM_LAT + 640 // 64
+    loads = [load(t, nbytes) for t in "abc"]
+    geometry = {t: (1, nbytes // 2, 2) for t in "abc"}
+    chip = with_queue_depth(tiny, 3, streams="per_tensor")
+    records = simulate_program(one_kernel([loads], geometry), chip).records
+    assert [r.end_cycle for r in records] == [LAUNCH + alone + 20] * 3
+    one_stream = simulate_program(one_kernel([loads], geometry), queued(tiny, 3)).records
+    assert [r.end_cycle for r in one_stream] == [LAUNCH + alone + 10 * i for i in (0, 1, 2)]
+
+
+def test_an_engine_retires_its_transfers_in_the_order_it_issued_them(tiny):
+    """A small tile of b whose data lands first waits for the large tile of a issued before
+    it: a stage is ready when all of it is."""
+    big, small = 6400, 640
+    geometry = {"a": (1, big // 2, 2), "b": (1, small // 2, 2)}
+    chip = with_queue_depth(tiny, 2, streams="per_tensor")
+    first, second = simulate_program(
+        one_kernel([[load("a", big), load("b", small)]], geometry), chip
+    ).records
+    latency = MTE2 + L2_LAT + HBM_LAT
+    # HBM's 64 B/cycle halved for 20 cycles (b's 640 B), then a alone: its other 5760 B in 90
+    assert first.end_cycle == second.end_cycle == LAUNCH + latency + 20 + 90
+    assert second.wait_bandwidth_cycles == 0  # its wait is a's landing, not counted twice
 
 
 def test_a_full_queue_holds_the_next_transfer_until_the_oldest_lands(tiny):

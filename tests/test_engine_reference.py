@@ -28,6 +28,7 @@ def records_of(world_class, workload):
     epilogue=EPILOGUES,
     split=st.sampled_from([1, 2, "blocks"]),
     depth=st.sampled_from([1, 2, 5]),
+    streams=st.sampled_from(["one", "per_tensor"]),
     serialise=st.booleans(),
     gap=st.sampled_from([None, 7]),
     graph=st.booleans(),
@@ -35,12 +36,12 @@ def records_of(world_class, workload):
     fusion=st.sampled_from(["none", "auto"]),
 )
 def test_running_ahead_gives_the_times_of_a_process_per_pipe(
-    tiny, case, epilogue, split, depth, serialise, gap, graph, registers, fusion
+    tiny, case, epilogue, split, depth, streams, serialise, gap, graph, registers, fusion
 ):
     m, n, k, tiling = case
     tiling = dict(tiling, split=split if split == "blocks" else {"m": 1, "n": split})
     hw = replace(
-        with_queue_depth(tiny, depth),
+        with_queue_depth(tiny, depth, streams),
         l2_serialises_same_address=serialise,
         kernel_gap_cycles=gap,
         graph_launch=graph,

@@ -53,20 +53,26 @@ def legal_workload(tiny, case, epilogue):
     return workload
 
 
-SHAPES = dict(case=cases(), epilogue=EPILOGUES, depth=st.sampled_from([1, 3]), blocks=st.booleans())
+SHAPES = dict(
+    case=cases(),
+    epilogue=EPILOGUES,
+    depth=st.sampled_from([1, 3]),
+    streams=st.sampled_from(["one", "per_tensor"]),
+    blocks=st.booleans(),
+)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**SHAPES)
-def test_physics_holds(tiny, case, epilogue, depth, blocks):
-    check_physics(with_queue_depth(tiny, depth), by_blocks(case, blocks), epilogue)
+def test_physics_holds(tiny, case, epilogue, depth, streams, blocks):
+    check_physics(with_queue_depth(tiny, depth, streams), by_blocks(case, blocks), epilogue)
 
 
 @pytest.mark.slow
 @settings(max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(**SHAPES)
-def test_physics_holds_broadly(tiny, case, epilogue, depth, blocks):
-    check_physics(with_queue_depth(tiny, depth), by_blocks(case, blocks), epilogue)
+def test_physics_holds_broadly(tiny, case, epilogue, depth, streams, blocks):
+    check_physics(with_queue_depth(tiny, depth, streams), by_blocks(case, blocks), epilogue)
 
 
 def by_blocks(case, blocks):

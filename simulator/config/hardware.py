@@ -84,6 +84,10 @@ class Engine:
     path_bytes_per_cycle: dict[tuple[str, str], float]  # (source, destination) -> per-core rate
     queue_depth: int = 1  # global-memory transfers one core's engine keeps in flight
     packet_bytes: int = 0  # global transfers move as packets of this size (cost.py); 0: none
+    # "one": the engine moves one global transfer's data at a time, in issue order (a DMA
+    # queue); "per_tensor": each tensor's transfers in order, different tensors' side by side
+    # (a GPU's asynchronous copies). See engine/transfer.py's EngineQueue.
+    streams: str = "one"
 
 
 @dataclass(frozen=True)
@@ -206,6 +210,7 @@ class Hardware:
                     "latency_cycles": e.latency_cycles,
                     "queue_depth": e.queue_depth,
                     "packet_bytes": e.packet_bytes,
+                    "streams": e.streams,
                     "path_bytes_per_cycle": {
                         f"{s}->{d}": r for (s, d), r in e.path_bytes_per_cycle.items()
                     },
@@ -376,6 +381,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
         start_cycles = f.get("latency", latency)
         queue_depth = f.get("queue_depth", as_int(1, MAX_QUEUE_DEPTH), default=1)
         packet_bytes = f.get("packet_bytes", packet_size, default=0)
+        streams = f.get("streams", one_of("one", "per_tensor"), default="one")
         paths_f = f.sub("paths")
         rates: dict[tuple[str, str], float] = {}
         for key in paths_f.raw:
@@ -399,7 +405,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
                 problems.add(path_name, str(exc))
         paths_f.finish()
         f.finish()
-        engines[eng] = Engine(eng, start_cycles, rates, queue_depth, packet_bytes)
+        engines[eng] = Engine(eng, start_cycles, rates, queue_depth, packet_bytes, streams)
 
     cube_f = top.sub("cube")
     cube_latency = cube_f.get("latency", latency)

@@ -12,7 +12,7 @@ from functools import partial
 from ..cost import kernel_start_cycle, transfer_cycles
 from ..schedule.program import GlobalTransfer, Transfer
 from .trace import KernelSpan, PipeLog
-from .transfer import TransferInFlight, landing_delay
+from .transfer import EngineQueue, landing_delay
 from .world import World
 
 
@@ -33,16 +33,22 @@ class ProcessPerPipeWorld(World):
                         self.pipe_logs.append(log)
                         pipes.append(
                             self.env.process(
-                                self._pipe(log, core, flags, self.queue_depths.get(pipe, 1))
+                                self._pipe(
+                                    log,
+                                    core,
+                                    flags,
+                                    self.queue_depths.get(pipe, 1),
+                                    EngineQueue(pipe in self.per_tensor_streams),
+                                )
                             )
                         )
             yield self.env.all_of(pipes)
             self.spans.append(KernelSpan(index, start, int(self.env.now), run))
 
-    def _pipe(self, log, core, flags, depth):
+    def _pipe(self, log, core, flags, depth, transfers):
         env = self.env
         in_flight = deque()  # a landing event per global transfer under way, oldest first
-        last = [None, int(env.now)]  # the latest global transfer issued, the latest landing
+        last_landing = [int(env.now)]
 
         def set_flags(instr):
             for flag_id in instr.sets:
@@ -53,8 +59,8 @@ class ProcessPerPipeWorld(World):
                     count_and_waiters[0] += 1
 
         def landed(wait_data, wait_slot, transfer):
-            bandwidth_wait = landing_delay(transfer, last[1])
-            last[1] = int(env.now)
+            bandwidth_wait = landing_delay(transfer, last_landing[0])
+            last_landing[0] = int(env.now)
             set_flags(transfer.instr)
             log.logged.extend(
                 (
@@ -90,12 +96,11 @@ class ProcessPerPipeWorld(World):
             start = int(env.now)
             if type(instr) is GlobalTransfer:
                 in_flight.append(env.event())
-                last[0] = TransferInFlight(
+                transfers.issue(
                     self,
                     instr,
                     start,
                     partial(landed, wait_data, wait_slot),
-                    after=last[0],
                     order=(log.kernel, log.core, log.pipe, position),
                 )
                 continue

@@ -78,11 +78,13 @@ class TransferInFlight:
     A global-memory read: hits cross the L2 port (after any other core's fetch of the same
     cells has landed), misses are fetched over HBM (filling L2). A write goes through to HBM
     and allocates in L2. An engine keeps several transfers in flight, so a transfer's start-up
-    overlaps the data of the ones before it, but it moves their data in order: a transfer's
-    bytes start moving once the transfer issued before it on the same engine (`after`) has
-    landed. On a chip whose L2 serialises same-address reads, readers of one block cross the
-    L2 port one after another, in the order they got there. The time beyond the uncontended
-    cycles is waiting on the shared memories and on the engine."""
+    overlaps the data of the ones before it, but it moves the data of one stream in order: a
+    transfer's bytes start moving once the transfer before it in its stream (`after`) has
+    landed (see EngineQueue). It reports landing after the transfer issued before it on its
+    engine (`prior`) has, so an engine retires its transfers in the order it issued them. On
+    a chip whose L2 serialises same-address reads, readers of one block cross the L2 port one
+    after another, in the order they got there. The time beyond the uncontended cycles is
+    waiting on the shared memories and on the engine."""
 
     __slots__ = (
         "world",
@@ -101,8 +103,12 @@ class TransferInFlight:
         "finished",
         "queued",
         "order",
+        "prior",
+        "successor",
+        "reported",
     )
     finished: bool
+    reported: bool
     legs: tuple[tuple[str, int, float], ...]  # (shared memory, bytes, rate cap) in turn
 
     def __init__(
@@ -112,13 +118,17 @@ class TransferInFlight:
         start: int,
         landed: Callable[[TransferInFlight], None],
         after: TransferInFlight | None,
+        prior: TransferInFlight | None,
         order: tuple,
     ):
         self.world, self.instr, self.start, self.landed = world, instr, start, landed
         self.order = order  # (kernel, core, pipe, position): see World.begin_at
         self.after = None if after is None or after.finished else after
-        self.follower: TransferInFlight | None = None
-        self.finished = False
+        self.follower: TransferInFlight | None = None  # the next of its stream
+        self.prior = None if prior is None or prior.reported else prior
+        self.successor: TransferInFlight | None = None  # the next its engine issued
+        self.finished = False  # its data has landed
+        self.reported = False  # and so has every transfer its engine issued before it
         self.queued = False  # among the readers of its block (World.same_address)
         env = world.env
         if start < env.now:
@@ -204,9 +214,53 @@ class TransferInFlight:
         if self.fill is not None:
             self.fill.land()
         self.finished = True
-        self.landed(self)
+        self._report()
         if self.follower is not None:
             self.follower._next_leg(None)
+
+    def _report(self) -> None:
+        """Land, unless a transfer its engine issued before it is still moving (on an engine
+        of several streams): that one reports this one after itself."""
+        prior = self.prior
+        if prior is not None and not prior.reported:
+            prior.successor = self
+            return
+        self.prior = None  # links no longer needed: a long run keeps no chain of them
+        self.reported = True
+        self.landed(self)
+        successor, self.successor = self.successor, None
+        if successor is not None and successor.finished:
+            successor._report()
+
+
+class EngineQueue:
+    """The global transfers one core's engine has issued, as streams. On an engine of one
+    stream (a DMA queue, Ascend's MTE) each transfer's data moves after the one issued before
+    it; on an engine of a stream per tensor (a GPU's TMA or cp.async copies, issued for A and
+    B of one stage together) the tiles of different tensors move side by side, each tensor's
+    in order. Either way the engine retires them in the order it issued them."""
+
+    __slots__ = ("per_tensor", "last", "last_of_stream")
+
+    def __init__(self, per_tensor: bool):
+        self.per_tensor = per_tensor
+        self.last: TransferInFlight | None = None
+        self.last_of_stream: dict[str | None, TransferInFlight] = {}
+
+    def issue(
+        self,
+        world: World,
+        instr: GlobalTransfer,
+        start: int,
+        landed: Callable[[TransferInFlight], None],
+        order: tuple,
+    ) -> TransferInFlight:
+        stream = instr.region.tensor if self.per_tensor else None
+        transfer = TransferInFlight(
+            world, instr, start, landed, self.last_of_stream.get(stream), self.last, order
+        )
+        self.last = self.last_of_stream[stream] = transfer
+        return transfer
 
 
 def landing_delay(transfer: TransferInFlight, previous_landing: int) -> int:

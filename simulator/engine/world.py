@@ -46,7 +46,7 @@ from ..schedule.program import (
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
-from .transfer import AfterTheCycle, TransferInFlight, landing_delay
+from .transfer import AfterTheCycle, EngineQueue, TransferInFlight, landing_delay
 
 _TIME_BITS = 41  # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _peak_occupancy)
 # The longest run the simulator follows (its occupancy check needs 2 x cycle + 1 < 2**41):
@@ -80,17 +80,19 @@ class _Pipe:
         "depth",
         "in_flight",
         "blocked",
-        "last_transfer",
+        "transfers",
         "landed_at",
     )
 
-    def __init__(self, name: str, queue: Sequence[Instruction], clock: int, depth: int):
+    def __init__(
+        self, name: str, queue: Sequence[Instruction], clock: int, depth: int, per_tensor: bool
+    ):
         self.name, self.queue, self.position, self.clock = name, queue, 0, clock
         self.logged: list[int] = []  # see LOGGED
         self.depth = depth
         self.in_flight = 0
         self.blocked = False  # waits for a transfer of its own to land
-        self.last_transfer: TransferInFlight | None = None  # the next one's data follows it
+        self.transfers = EngineQueue(per_tensor)
         self.landed_at = clock  # when its latest global transfer landed
 
     def must_wait_for_landing(self, instr: Instruction) -> bool:
@@ -122,10 +124,11 @@ class _CoreState:
         clock: int,
         done: simpy.Event,
         depths: dict[str, int],
+        per_tensor: frozenset[str],
     ):
         self.kernel, self.core = kernel, core_index
         self.pipes = [
-            _Pipe(name, queue, clock, depths.get(name, 1))
+            _Pipe(name, queue, clock, depths.get(name, 1), name in per_tensor)
             for name, queue in core.queues.items()
             if queue
         ]
@@ -164,6 +167,9 @@ class World:
             for path, rate in engine.path_bytes_per_cycle.items()
         }
         self.queue_depths = {name: engine.queue_depth for name, engine in hw.engines.items()}
+        self.per_tensor_streams = frozenset(
+            name for name, engine in hw.engines.items() if engine.streams == "per_tensor"
+        )
         self.packet_bytes = {
             path: engine.packet_bytes
             for engine in hw.engines.values()
@@ -257,7 +263,13 @@ class World:
             cores_done = []
             for core_index, core in enumerate(kernel.cores):
                 state = _CoreState(
-                    index, core, core_index, int(self.env.now), self.env.event(), self.queue_depths
+                    index,
+                    core,
+                    core_index,
+                    int(self.env.now),
+                    self.env.event(),
+                    self.queue_depths,
+                    self.per_tensor_streams,
                 )
                 cores_done.append(state.done)
                 self.pipe_logs += (
@@ -322,12 +334,11 @@ class World:
                 state.in_flight += 1
                 pipe.in_flight += 1
                 pipe.clock = start
-                pipe.last_transfer = TransferInFlight(
+                pipe.transfers.issue(
                     self,
                     instr,
                     start,
                     partial(self._landed, state, pipe, wait_data, wait_slot),
-                    after=pipe.last_transfer,
                     order=(state.kernel, state.core, pipe.name, pipe.position - 1),
                 )
                 continue
