@@ -469,6 +469,18 @@ HARDWARE_CASES = [
         with_hardware("  latency: 10cycles\n", "  latency: 10cycles\n  queue_depth: 0\n"),
     ),
     case(
+        "hw-queue-depth-unknown-word",
+        ["run", "w.yaml"],
+        "MTE2.queue_depth: 'stage' is neither a count nor 'stages'",
+        with_hardware("  latency: 10cycles\n", "  latency: 10cycles\n  queue_depth: stage\n"),
+    ),
+    case(
+        "hw-streams-unknown",
+        ["run", "w.yaml"],
+        "MTE2.streams: 'two' is not one of: one, per_tensor",
+        with_hardware("  latency: 10cycles\n", "  latency: 10cycles\n  streams: two\n"),
+    ),
+    case(
         "hw-packet-not-power-of-two",
         ["run", "w.yaml"],
         "MTE2.packet_bytes: '500B' must be a power of two from 32 B",

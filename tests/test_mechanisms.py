@@ -490,3 +490,18 @@ def test_fp8_moves_a_byte_an_element_and_multiplies_at_its_fractal_rate():
     assert 2 * fp8_steps == fractal_steps(*block, h100.cube.fractal["fp16"])
     flops = 2 * m * n * k
     assert 2 * cube_peak_cycles(flops, "fp8", h100) == cube_peak_cycles(flops, "fp16", h100)
+
+
+def test_stages_bound_a_gpus_copies_in_flight_not_a_queue():
+    """`queue_depth: stages` leaves the staged buffer slots to bound the copies in flight: on
+    a GPU preset a queue of 8 (the figure it replaced) binds nowhere in this kernel either,
+    while a queue of 1 does."""
+    from simulator import load_workload
+
+    def cycles(*overrides):
+        sets = ["hardware=h100", "params.hidden=1024", "params.ffn=2048", *overrides]
+        return simulate(load_workload("workloads/ffn_decode.yaml", sets)).cycles
+
+    stages = cycles()
+    assert cycles("hardware.MTE2.queue_depth=8") == stages
+    assert cycles("hardware.MTE2.queue_depth=1") > stages

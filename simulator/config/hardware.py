@@ -234,6 +234,16 @@ class Hardware:
         }
 
 
+def _queue_depth(value: Any) -> int:
+    """A count of transfers in flight, or `stages`: as many as the kernel's staged buffer slots
+    allow (a GPU's copies wait for their stage's slot in shared memory, not for a queue)."""
+    if value == "stages":
+        return MAX_QUEUE_DEPTH
+    if isinstance(value, str):
+        raise ValueError(f"{quote(value)} is neither a count nor 'stages'")
+    return as_int(1, MAX_QUEUE_DEPTH)(value)
+
+
 def resolve_hardware_path(name_or_path: str, relative_to: Path | None = None) -> Path:
     """A preset name ('ascend910') or a path to a YAML file; a relative path is taken from
     `relative_to` (the folder of the workload that names it) when given."""
@@ -379,7 +389,7 @@ def parse_hardware(raw: dict, source: str, overrides: dict[str, str] | None = No
     for eng in ENGINES:
         f = top.sub(eng)
         start_cycles = f.get("latency", latency)
-        queue_depth = f.get("queue_depth", as_int(1, MAX_QUEUE_DEPTH), default=1)
+        queue_depth = f.get("queue_depth", _queue_depth, default=1)
         packet_bytes = f.get("packet_bytes", packet_size, default=0)
         streams = f.get("streams", one_of("one", "per_tensor"), default="one")
         paths_f = f.sub("paths")
