@@ -117,6 +117,7 @@ def test_help(args):
     assert run_cli(*args).returncode == 0
 
 
+@pytest.mark.slow
 def test_readme_shows_real_output():
     """Each sample output in the README is what its command prints today, byte for byte."""
     from .refresh_readme import output_of, shown_blocks

@@ -184,6 +184,7 @@ def drawn(examples: int, **options):
     )
 
 
+@pytest.mark.slow
 @drawn(DRAWS, derandomize=True)
 @given(requests(BUDGET))
 def test_a_drawn_request_runs_with_physical_figures_or_is_refused_in_one_line(request):

@@ -308,6 +308,7 @@ def test_class13_chips_beyond_a_presets_links_are_refused_and_groups_cost_more()
     assert across >= link.across.latency_cycles + (nbytes / 4) / link.across.bytes_per_cycle
 
 
+@pytest.mark.slow
 def test_class9_a_request_past_the_work_limit_is_refused_before_it_starts(tiny):
     """--exact --generate 300 on a 32-layer model is 9,600 layer-steps: refused in a moment,
     with --yes the way on; a huge generation is summed in closed form, not step by step."""

@@ -22,7 +22,15 @@ def test_notebook_is_committed_without_outputs(path):
             assert cell.outputs == [] and cell.execution_count is None
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+# lab 5 simulates whole requests (a minute or two on two cores): CI runs it, -m "not slow" not
+LONG_LABS = ("05_where_a_tokens_time_goes",)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.slow) if p.stem in LONG_LABS else p for p in NOTEBOOKS],
+    ids=lambda p: p.stem,
+)
 def test_notebook_runs(path):
     book = nbformat.read(path, as_version=4)
     client = NotebookClient(
