@@ -41,6 +41,7 @@ from .strict import (
     override_label,
     parse_overrides,
     read_yaml,
+    shipped_name,
 )
 
 
@@ -312,15 +313,6 @@ def load_hardware(
 
 
 FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a shipped file named bare
-
-
-def shipped_name(name: str, names: Sequence[str]) -> str | None:
-    """The shipped preset, model or profile `name` means, whatever its case (`H100` is
-    h100); None if it means none."""
-    if name in names:
-        return name
-    folded = [shipped for shipped in names if shipped.casefold() == name.casefold()]
-    return folded[0] if len(folded) == 1 else None
 
 
 # Sanity ranges: a figure outside them is a slip (a unit off by 1e3 or 1e6), not a chip.

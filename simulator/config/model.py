@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Callable
 
 from ..errors import OVERRIDE_MARK, ConfigError, Problems, quote
-from .hardware import shipped_name
 from .strict import (
     MAX_NESTING,
     Fields,
@@ -27,6 +26,7 @@ from .strict import (
     override_label,
     parse_overrides,
     read_text,
+    shipped_name,
 )
 
 

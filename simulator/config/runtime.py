@@ -36,8 +36,8 @@ from pathlib import Path
 from ..errors import ConfigError, Problems, quote
 from ..units import parse_time
 from .figures import Figure, parse_figures
-from .hardware import PRESET_DIR, Hardware, shipped_name
-from .strict import Fields, as_name, read_yaml
+from .hardware import PRESET_DIR, Hardware
+from .strict import Fields, as_name, read_yaml, shipped_name
 
 RUNTIME_DIR = PRESET_DIR / "runtimes"
 MAX_LAUNCH_S = 10e-3  # issuing one kernel (or a graph)

@@ -510,3 +510,12 @@ def apply_overrides(
             node = child
         node[keys[-1]] = value
     return result
+
+
+def shipped_name(name: str, names: Sequence[str]) -> str | None:
+    """The shipped preset, model or profile `name` means, whatever its case (`H100` is
+    h100); None if it means none."""
+    if name in names:
+        return name
+    folded = [shipped for shipped in names if shipped.casefold() == name.casefold()]
+    return folded[0] if len(folded) == 1 else None
