@@ -20,7 +20,9 @@ from .units import DTYPE_BYTES
 
 FLOAT_DTYPES = ("fp16", "bf16", "fp32")
 CUBE_DTYPES = ("fp16", "bf16", "fp8", "int8")
-FLOAT_CUBE_DTYPES = ("fp16", "bf16")  # may multiply int8 weights (weight-only quantization)
+# may multiply a narrower B, converted as it loads: int8 weights (weight-only quantization),
+# or an int8 or fp8 KV cache
+FLOAT_CUBE_DTYPES = ("fp16", "bf16")
 # Accumulator dtype of the Cube per input dtype; the matmul result is cast on the way out
 # (FIXPIPE) unless the op says otherwise.
 CUBE_RESULT = {"fp16": "fp16", "bf16": "bf16", "fp8": "bf16", "int8": "int32"}
@@ -141,12 +143,12 @@ def _matmul(batched: bool):
             raise ValueError(
                 f"batch dims differ: {a.name} {list(a.shape[:-2])} vs {b.name} {list(b.shape[:-2])}"
             )
-        weight_only = a.dtype in FLOAT_CUBE_DTYPES and b.dtype == "int8"
-        if a.dtype != b.dtype and not weight_only:
+        converted = a.dtype in FLOAT_CUBE_DTYPES and b.dtype in QUANTIZED_DTYPES
+        if a.dtype != b.dtype and not converted:
             raise ValueError(
                 f"{a.name} is {a.dtype} but {b.name} is {b.dtype}: the Cube "
-                "multiplies one dtype (or fp16/bf16 by int8 weights, converted as they "
-                "load); quantize the activation to int8 or dequantize the weight"
+                "multiplies one dtype (or fp16/bf16 by an int8 or fp8 B, converted as it "
+                "loads); quantize A or dequantize B"
             )
         if a.dtype not in CUBE_DTYPES:
             raise ValueError(

@@ -8,7 +8,7 @@ import pytest
 from simulator.config.workload import parse_workload
 from simulator.errors import ConfigError, TooLargeError
 from simulator.pipeline import lower_workload, plan_kernels, simulate
-from simulator.schedule.attention import attention_blocks, attention_shape, attention_splits
+from simulator.schedule.attention_plan import attention_blocks, attention_shape, attention_splits
 
 
 def attention(

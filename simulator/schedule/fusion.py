@@ -30,7 +30,7 @@ from ..config.workload import Op, Workload
 from ..errors import ConfigError
 from ..graph.dataflow import DataflowGraph
 from ..ops import OPS
-from .attention import attention_blocks, attention_shape, route_refusal
+from .attention_plan import attention_blocks, attention_shape, route_refusal
 from .epilogue import epilogue_refusal
 from .kernel import Kernel, Plan
 from .tiling import TilingError

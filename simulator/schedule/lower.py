@@ -22,7 +22,8 @@ from ..config.workload import Workload
 from ..cost import cube_call_cycles, vector_op_cycles, vector_work
 from ..errors import SimulatorError, TooLargeError
 from ..ops import DTYPE_BYTES
-from .attention import attention_workspace, lower_attention
+from .attention import lower_attention
+from .attention_plan import attention_workspace
 from .epilogue import VectorChain, as_2d, chain_slots, in_registers, seeds_of
 from .footprint import INPUT_ROLES, read_once_bytes, refuse_if_over_capacity, tensor_roles
 from .kernel import Kernel, Plan
@@ -155,7 +156,7 @@ def lower_matmul(
         for _ in range(min(hw.cores, len(cells)))
     ]
     cores = tuple(b.emit(cells[core :: hw.cores]).build() for core, b in enumerate(builders))
-    converted_bytes = sum(b.converted_bytes for b in builders)  # weight-only's conversions
+    converted_bytes = sum(b.converted_bytes for b in builders)  # B blocks converted in L0B
     ins = {name for op in kernel.ops for name in op.inputs} - {op.output for op in kernel.ops}
     plan = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
     if kernel.epilogue:
@@ -270,7 +271,7 @@ class _MatmulCore:
         ]
         g = len(self.bs)
         self.side_names = ["A"] + (["B"] if g == 1 else [f"B{i}" for i in range(g)])
-        self.converted_bytes = 0  # of int8 weight blocks converted in L0B (weight-only)
+        self.converted_bytes = 0  # of narrower B blocks converted in L0B
 
     def emit(self, cells: list[tuple[range, tuple[int, int], tuple[int, int]]]):
         """The core's program for its cells (batches, rows, columns), one after another."""
@@ -418,9 +419,10 @@ class _MatmulCore:
     def _build_chunk(
         self, rows: int, cols: int, kc: int, kc1: int, sides: tuple, acc_slots: list[int]
     ) -> tuple[list[Draft], list[Draft], list[Draft], list[int]]:
-        """The chunk's MTE1 moves, the conversions of int8 weights to the Cube's dtype (a
-        weight-only quantized matmul: VECTOR converts each B block in L0B, as a GPU's cores
-        convert the fragments they load) and the Cube's mmads."""
+        """The chunk's MTE1 moves, the conversions of a narrower B to the Cube's dtype (int8
+        weights of a weight-only quantized matmul, an int8 or fp8 KV cache: VECTOR converts
+        each B block in L0B, as a GPU's cores convert the fragments they load) and the Cube's
+        mmads."""
         t, shape = self.t, self.shape
         fm, fn, fk = self.fractal
         l1 = [self.l1_a, *self.l1_b]
@@ -447,7 +449,7 @@ class _MatmulCore:
                 moves.append(move)
             b_ready = []  # per GEMM: the flag its mmad waits on for its B block
             for ring, slot in moved[1:]:
-                if not shape.weight_only:  # the move's landing is the block's readiness
+                if not shape.converts_b:  # the move's landing is the block's readiness
                     b_ready.append(ring.ready[slot])
                     continue
                 convert = Draft(

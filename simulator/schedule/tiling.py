@@ -47,13 +47,14 @@ class MatmulShape:
 
     @property
     def cube_b_bytes(self) -> int:
-        """Bytes per element of B in L0B: the Cube's dtype, wider than B's own where int8
-        weights meet fp16 activations (weight-only quantization, converted on the way in)."""
+        """Bytes per element of B in L0B: the Cube's dtype, wider than B's own where fp16
+        activations meet int8 weights (weight-only quantization) or an int8 or fp8 KV cache,
+        converted on the way in."""
         return DTYPE_BYTES[self.dtype]
 
     @property
-    def weight_only(self) -> bool:
-        """int8 weights by fp16/bf16 activations: each B block is converted before the Cube."""
+    def converts_b(self) -> bool:
+        """B narrower than A (see cube_b_bytes): each B block is converted before the Cube."""
         return self.cube_b_bytes > self.b_bytes
 
 
@@ -522,7 +523,7 @@ def estimate_cycles(
     )
     drain = blocks * g * (fix_latency + rows * t.base_n * shape.out_bytes / fix_rate)
     vector = 0.0
-    if shape.weight_only:  # each B block is converted as it moves to L0B
+    if shape.converts_b:  # each B block is converted as it moves to L0B
         vector += (
             (blocks * k_blocks * g * t.base_k * t.base_n * shape.cube_b_bytes)
             * hw.vector.cost_factor[CONVERT]
