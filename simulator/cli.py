@@ -197,6 +197,7 @@ def _infer(args) -> int:
             generate=args.generate,
             fusion=args.fusion,
             weights=args.weights,
+            kv_cache=args.kv_cache,
             chips=args.chips,
             runtime=runtime,
             exact=args.exact,

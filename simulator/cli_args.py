@@ -9,7 +9,7 @@ from .config.figures import CLASSES, OVERRIDE, UNCLASSIFIED
 from .config.hardware import preset_names
 from .config.model import model_names
 from .config.runtime import runtime_names
-from .config.transformer import WEIGHT_DTYPES
+from .config.transformer import KV_CACHE_DTYPES, WEIGHT_DTYPES
 from .errors import printable
 from .sweep import PLOTTABLE
 from .version import NAME, __version__
@@ -160,6 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="weights: fp16 (default), int8 (W8A8: activations quantized too), w8a16 (int8 "
         "weights alone, converted to fp16 as they reach the matrix unit) or fp8 (W8A8 in fp8 "
         "e4m3, on a chip whose matrix unit has an fp8 mode: h100, h200)",
+    )
+    infer.add_argument(
+        "--kv-cache",
+        choices=KV_CACHE_DTYPES,
+        default="fp16",
+        help="the KV cache's dtype: fp16 (default), fp8 (e4m3) or int8, one scale per "
+        "tensor; new K and V rows are quantized as they are written, cached blocks converted "
+        "to fp16 on chip as the attention reads them (on any chip)",
     )
     infer.add_argument(
         "--chips",

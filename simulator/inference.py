@@ -30,6 +30,7 @@ from .config.model import ModelConfig, kv_cache_bytes, load_model, shard
 from .config.runtime import DECODE, Runtime, load_runtime
 from .config.transformer import (
     EXPERTS,
+    KV_CACHE_DTYPES,
     WEIGHT_DTYPES,
     Step,
     expert_rows,
@@ -40,6 +41,7 @@ from .config.transformer import (
 from .cost import all_gather_cycles, all_reduce_cycles
 from .errors import ConfigError, InvariantError, SimulatorError, TooLargeError, check_count
 from .inference_report import TIME_CLASSES, Footprint, InferenceReport, StepTime
+from .ops import DTYPE_BYTES
 from .pipeline import plan_kernels, simulate
 from .report import SimulationReport
 from .schedule.footprint import RESIDENT_ROLES, tensor_roles
@@ -72,6 +74,7 @@ def infer(
     weights: str = "fp16",
     chips: int = 1,
     runtime: Runtime | str | None = None,
+    kv_cache: str = "fp16",
     exact: bool = False,
     decode_points: int = DECODE_POINTS,
     on_step: Callable[[str, int, int], None] | None = None,
@@ -79,7 +82,8 @@ def infer(
 ) -> InferenceReport:
     """Simulate one request of `batch` prompts of `prompt` tokens generating `generate`
     tokens each, on `chips` chips in tensor parallel, driven by `runtime` (a profile, or its
-    name; None: the hardware file's own launch figures and no host time per step). `model`
+    name; None: the hardware file's own launch figures and no host time per step), with its
+    weights and KV cache in the dtypes given. `model`
     and `hardware` are loaded configs, or names (or paths) to load; `decode_points` is how
     many decode contexts are simulated (at least the first and the last). `on_step(what,
     step, steps)` hears of each step as its simulation starts (for a progress bar). A request
@@ -136,6 +140,10 @@ def infer(
             f"fp8 weights need a matrix unit with an fp8 mode, and {hardware.name}'s has "
             f"{', '.join(hardware.cube.fractal)}; try int8 or w8a16 weights"
         )
+    if kv_cache not in KV_CACHE_DTYPES:
+        raise SimulatorError(
+            f"kv_cache must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache!r}"
+        )
     if prompt + generate > model.max_context:
         raise SimulatorError(
             f"{model.name} attends over at most {model.max_context:,} positions "
@@ -149,7 +157,9 @@ def infer(
 
     def run(step: Step, layers: int) -> SimulationReport:
         try:
-            report = simulate(step_workload(part, hardware, step, layers, fusion, weights))
+            report = simulate(
+                step_workload(part, hardware, step, layers, fusion, weights, kv_cache)
+            )
             if _clock_scale(report, hardware.clock_hz) != 1.0:
                 capped[step.phase] = report.clock_ghz * 1e9
             return report
@@ -177,9 +187,10 @@ def infer(
         return _waited(time, "host", host_cycles, hardware) if host_cycles else time
 
     prefill_step = Step("prefill", batch, prompt, prompt)
-    footprint = _footprint(part, hardware, prefill_step, prompt + generate, fusion, weights)
+    longest = prompt + generate
+    footprint = _footprint(part, hardware, prefill_step, longest, fusion, weights, kv_cache)
     if footprint.total_bytes > footprint.hbm_capacity_bytes:
-        _refuse(model, part, hardware, footprint, prefill_step, prompt + generate, fusion, weights)
+        _refuse(model, part, hardware, footprint, prefill_step, longest, fusion, weights, kv_cache)
     first_steps = [prefill_step]  # the steps before the first token
     if runtime is not None and runtime.first_token == DECODE:
         short = [Step("prefill", batch, prompt - 1, prompt - 1)] if prompt > 1 else []
@@ -260,6 +271,7 @@ def infer(
         method,
         tuple(notes),
         runtime=None if runtime is None else runtime.name,
+        kv_cache=kv_cache,
         provenance={
             "simulator_version": __version__,
             "model_file": model.source,
@@ -273,6 +285,7 @@ def infer(
                 "generate": generate,
                 "fusion": fusion,
                 "weights": weights,
+                "kv_cache": kv_cache,
                 "chips": chips,
                 "runtime": None if runtime is None else runtime.to_dict(),
                 "exact": exact,
@@ -401,13 +414,19 @@ def _spread(contexts: range, points: int) -> list[int]:
 
 
 def _footprint(
-    model: ModelConfig, hardware: Hardware, prefill: Step, longest: int, fusion: str, weights: str
+    model: ModelConfig,
+    hardware: Hardware,
+    prefill: Step,
+    longest: int,
+    fusion: str,
+    weights: str,
+    kv_cache: str,
 ) -> Footprint:
     """From the generated prefill of a one-layer model: its layer's weights times the layers,
-    plus the embedding and head; the KV cache in fp16; every other tensor of that prefill
+    plus the embedding and head; the KV cache in its dtype; every other tensor of that prefill
     that reaches HBM (one layer's activations: layers run one after another and reuse them;
     what a fused kernel keeps on chip, fused attention's scores among them, takes none)."""
-    workload = step_workload(model, hardware, prefill, 1, fusion, weights)
+    workload = step_workload(model, hardware, prefill, 1, fusion, weights, kv_cache)
     roles = tensor_roles(workload, plan_kernels(workload))
     all_experts = model.experts / expert_rows(model, prefill)[0]  # the step reads the active
     layer_weights = outside = activations = 0.0
@@ -422,7 +441,7 @@ def _footprint(
             layer_weights += tensor.nbytes * (all_experts if role.startswith(EXPERTS) else 1)
     return Footprint(
         round(layer_weights * model.layers + outside),
-        kv_cache_bytes(model, prefill.batch * longest, 2),
+        kv_cache_bytes(model, prefill.batch * longest, DTYPE_BYTES[kv_cache]),
         round(activations),
         hardware.memories["HBM"].capacity_bytes,
     )
@@ -436,12 +455,13 @@ def fewest_chips(
     batch: int = 1,
     fusion: str = "auto",
     weights: str = "fp16",
+    kv_cache: str = "fp16",
 ) -> int | None:
     """The fewest chips, in tensor parallel over the preset's links, whose shares of the
     model fit their HBM for this request (None: no group the links join), from footprints
     alone: nothing is simulated."""
     prefill = Step("prefill", batch, prompt, prompt)
-    return _fewest_chips(model, hardware, prefill, prompt + generate, fusion, weights, 1)
+    return _fewest_chips(model, hardware, prefill, prompt + generate, fusion, weights, kv_cache, 1)
 
 
 def _fewest_chips(
@@ -451,6 +471,7 @@ def _fewest_chips(
     longest: int,
     fusion: str,
     weights: str,
+    kv_cache: str,
     start: int,
 ) -> int | None:
     for chips in range(start, MAX_CHIPS + 1):
@@ -460,7 +481,7 @@ def _fewest_chips(
             candidate = shard(model, chips)
         except ConfigError:
             continue
-        need = _footprint(candidate, hardware, prefill, longest, fusion, weights)
+        need = _footprint(candidate, hardware, prefill, longest, fusion, weights, kv_cache)
         if need.total_bytes <= need.hbm_capacity_bytes:
             return chips
     return None
@@ -475,6 +496,7 @@ def _refuse(
     longest: int,
     fusion: str,
     weights: str,
+    kv_cache: str,
 ) -> None:
     """A model that does not fit is refused with its footprint and, where the chip has a
     link, the fewest chips whose shares would fit (heads and MLP split evenly)."""
@@ -485,11 +507,13 @@ def _refuse(
         f"{fmt_bytes(footprint.weight_bytes)}, KV cache {fmt_bytes(footprint.kv_cache_bytes)}, "
         f"activations {fmt_bytes(footprint.activation_bytes)})"
     )
-    fits = _fewest_chips(model, hardware, prefill, longest, fusion, weights, part.chips + 1)
+    fits = _fewest_chips(
+        model, hardware, prefill, longest, fusion, weights, kv_cache, part.chips + 1
+    )
     advice = (
         f"; it fits on {fits} chips: --chips {fits}"
         if fits
-        else ("; try int8 weights, a shorter context or a smaller batch")
+        else ("; try int8 weights, an fp8 KV cache, a shorter context or a smaller batch")
     )
     raise SimulatorError(message + advice)
 

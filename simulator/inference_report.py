@@ -75,6 +75,7 @@ class InferenceReport:
     notes: tuple[str, ...] = field(default=())  # what a reader must know to trust the figures
     provenance: Mapping[str, Any] = field(default_factory=dict)  # what produced it: enough to rerun
     runtime: str | None = None  # the runtime profile that drove the chip (None: its own figures)
+    kv_cache: str = "fp16"  # the dtype K and V are cached in
 
     def us(self, cycles: float) -> float:
         return cycles / (self.clock_ghz * 1e3)
@@ -158,6 +159,7 @@ class InferenceReport:
             "generate": self.generate,
             "fusion": self.fusion,
             "weights": self.weights,
+            "kv_cache": self.kv_cache,
             "chips": self.chips,
             "runtime": self.runtime,
             "ttft_us": self.ttft_us,

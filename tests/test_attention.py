@@ -12,15 +12,23 @@ from simulator.schedule.attention_plan import attention_blocks, attention_shape,
 
 
 def attention(
-    hw, queries=64, keys=128, heads=2, head_dim=64, causal=False, fusion="auto", tiling=None
+    hw,
+    queries=64,
+    keys=128,
+    heads=2,
+    head_dim=64,
+    causal=False,
+    fusion="auto",
+    tiling=None,
+    cache="fp16",
 ):
     raw = {
         "name": "attention",
         "hardware": hw.name,
         "tensors": {
             "q": {"shape": [heads, queries, head_dim]},
-            "k": {"shape": [heads, keys, head_dim], "kind": "cache"},
-            "v": {"shape": [heads, keys, head_dim], "kind": "cache"},
+            "k": {"shape": [heads, keys, head_dim], "kind": "cache", "dtype": cache},
+            "v": {"shape": [heads, keys, head_dim], "kind": "cache", "dtype": cache},
         },
         "ops": [
             {
@@ -67,6 +75,45 @@ def test_hbm_sees_q_k_v_read_once_and_o_written_once(chip):
     assert hbm["read_bytes"] == nbytes["q"] + nbytes["k"] + nbytes["v"]
     assert hbm["write_bytes"] == nbytes["o"]
     assert report["tensors"].get("s", {"role": "on_chip"})["role"] == "on_chip"
+
+
+@pytest.mark.parametrize("cache", ["fp8", "int8"])
+def test_a_narrow_kv_cache_is_read_narrow_and_converted_once_per_block(chip, cache):
+    """An fp8 or int8 cache: HBM reads K and V in one byte an element (half of fp16's), and
+    each K and V block is converted to fp16 in L0B by one VECTOR instruction before the Cube
+    reads it, at the vector unit's conversion rate; nothing else changes."""
+    from simulator.cost import vector_op_cycles
+
+    narrow, wide = attention(chip, queries=16, cache=cache), attention(chip, queries=16)
+    read = [simulate(w).to_dict()["traffic"]["HBM"]["read_bytes"] for w in (narrow, wide)]
+    assert read[1] - read[0] == 2 * 2 * 128 * 64  # K and V of 2 heads, 128 keys of 64
+    block_kv = lower_workload(narrow).kernels[0].tiling["block_kv"]
+    padded = block_kv * 64  # tiny's fractals divide both
+    for core_narrow, core_wide in zip(
+        lower_workload(narrow).kernels[0].cores, lower_workload(wide).kernels[0].cores
+    ):
+        converts = [i for i in core_narrow.queues["VECTOR"] if i.label.startswith("convert")]
+        others = [i for i in core_narrow.queues["VECTOR"] if not i.label.startswith("convert")]
+        scores = [i for i in core_narrow.queues["CUBE"] if i.label.startswith("mmad S")]
+        assert len(converts) == 2 * len(scores)  # a K block and a V block per score block
+        assert {i.cycles for i in converts} == {vector_op_cycles(chip.vector, padded, 2, "convert")}
+        assert [i.label for i in others] == [i.label for i in core_wide.queues["VECTOR"]]
+
+
+def test_unfused_attention_converts_a_narrow_cache_as_its_matmuls_load_it(tiny):
+    """Kept apart (fusion none), Q·Kᵀ and P·V are batch matmuls of fp16 by an fp8 cache:
+    each converts its B blocks (vector work it did not have with an fp16 cache) and reads the
+    cache in one byte an element."""
+    narrow = lower_workload(attention(tiny, cache="fp8", fusion="none"))
+    wide = lower_workload(attention(tiny, fusion="none"))
+    work = {k.name: k.vector_work_bytes for k in narrow.kernels}
+    assert work["qk"] > 0 and work["pv"] > 0
+    assert {k.name: k.vector_work_bytes for k in wide.kernels}["qk"] == 0
+    reads = [
+        simulate(attention(tiny, cache=c, fusion="none")).to_dict()["traffic"]["HBM"]["read_bytes"]
+        for c in ("fp8", "fp16")
+    ]
+    assert reads[1] - reads[0] == 2 * 2 * 128 * 64
 
 
 def test_fused_attention_moves_fewer_bytes_than_unfused(chip):

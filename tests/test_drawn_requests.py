@@ -2,7 +2,7 @@
 family of model we ship (dense multi-head, grouped-query, mixtures of experts whose top-k
 need not divide the experts), hidden sizes from 64 to 8192 with few layers, batch 1-300,
 prompts from 1 to the model's context, generations from none to hundreds, tensor
-parallelism, int8 weights and both fusion modes.
+parallelism, int8 weights, fp16, fp8 and int8 KV caches and both fusion modes.
 
 Every draw either completes with figures physics allows (a time never below the work's
 FLOPs at peak and its weight bytes at peak bandwidth, a footprint that holds the weights and
@@ -29,6 +29,7 @@ from simulator.config.hardware import load_hardware, preset_names
 from simulator.config.model import kv_cache_bytes, parse_model, shard
 from simulator.errors import SimulatorError
 from simulator.inference import infer
+from simulator.ops import DTYPE_BYTES
 
 DRAWS = 300
 MANY_DRAWS = 2_000
@@ -108,6 +109,7 @@ def requests(draw, budget: float):
         "generate": draw(st.integers(0, min(300, context - prompt))),
         "fusion": fusion,
         "weights": draw(st.sampled_from(["fp16", "int8"])),
+        "kv_cache": draw(st.sampled_from(["fp16", "fp16", "fp8", "int8"])),
         "chips": draw(st.sampled_from([1, 1, 2, 4, 8])),
     }
     return config, draw(st.sampled_from(sorted(PRESETS))), options
@@ -165,7 +167,8 @@ def check_request(config: dict, chip: str, options: dict) -> None:
     else:
         assert options["generate"] <= 1 and "tpot_us" in d["undefined"]
     footprint = d["memory_footprint"]
-    kv = kv_cache_bytes(part, batch * (prompt + options["generate"]), 2)
+    kv_bytes = DTYPE_BYTES[options["kv_cache"]]
+    kv = kv_cache_bytes(part, batch * (prompt + options["generate"]), kv_bytes)
     assert footprint["total_bytes"] >= footprint["weight_bytes"] + kv
     assert footprint["total_bytes"] <= footprint["hbm_capacity_bytes"]
     energy = d["energy_j"]

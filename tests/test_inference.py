@@ -146,6 +146,36 @@ def test_fp8_weights_multiply_fp8_activations_into_fp16_where_the_cube_has_fp8()
         infer(model, load_hardware("a100"), prompt=4, generate=1, weights="fp8")
 
 
+def test_a_narrow_kv_cache_is_written_quantized_and_read_narrow(tiny):
+    """An fp8 or int8 KV cache: each layer quantizes its new K and V rows into the cache's
+    dtype (at prefill and at decode), decode's attention reads cached K and V of that dtype,
+    and the footprint counts the cache at one byte an element."""
+    model = toy()
+    for cache in ("fp8", "int8"):
+        decode = step_workload(model, tiny, Step("decode", 1, 1, 64), 2, "auto", kv_cache=cache)
+        prefill = step_workload(model, tiny, Step("prefill", 1, 8, 8), 2, "auto", kv_cache=cache)
+        for workload in (decode, prefill):
+            quant = [op for op in workload.ops if op.name.endswith(("k_quant", "v_quant"))]
+            assert len(quant) == 2 * 2
+            assert {workload.tensors[op.output].dtype for op in quant} == {cache}
+        cached = [t for t in decode.tensors.values() if t.kind == "cache"]
+        assert len(cached) == 2 * 2 and {t.dtype for t in cached} == {cache}
+    reports = {c: infer(model, tiny, prompt=8, generate=3, kv_cache=c) for c in ("fp16", "fp8")}
+    kv = {c: r.footprint.kv_cache_bytes for c, r in reports.items()}
+    assert kv["fp16"] == 2 * kv["fp8"] > 0
+    d = reports["fp8"].to_dict()
+    assert d["kv_cache"] == "fp8" and d["provenance"]["options"]["kv_cache"] == "fp8"
+    assert "fp8 KV cache" in reports["fp8"].summary().splitlines()[0]
+    assert "KV cache" not in reports["fp16"].summary().splitlines()[0]
+    decode_bytes = {c: r.decode[-1].hbm_bytes for c, r in reports.items()}
+    assert decode_bytes["fp8"] < decode_bytes["fp16"]
+    with pytest.raises(SimulatorError, match="kv_cache must be one of fp16, fp8, int8"):
+        infer(model, tiny, prompt=8, generate=1, kv_cache="fp4")
+    with pytest.raises(SystemExit) as refused:
+        main(["infer", "llama2-7b", "--kv-cache", "fp4"])
+    assert refused.value.code == 2
+
+
 def test_grouped_query_attention_reads_each_key_value_head_once(tiny):
     """Four query heads over two key/value heads: the cache read per layer is the two heads'
     K and V over the context, not four."""

@@ -452,7 +452,7 @@ def test_int8_weights_meet_fp16_activations_converted_block_by_block(tiny):
     assert report["traffic"]["L0B"]["read_bytes"] == report["traffic"]["L0B"]["write_bytes"]
     busiest = max(sum(c.cycles for c in core.queues["VECTOR"]) for core in kernel.cores)
     assert report["cycles"] > busiest  # the conversions are on the run's path
-    with pytest.raises(ConfigError, match="fp16/bf16 by int8 weights"):
+    with pytest.raises(ConfigError, match="fp16/bf16 by an int8 or fp8 B"):
         raw = {
             "name": "bad",
             "hardware": hw.name,

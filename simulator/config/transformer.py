@@ -22,6 +22,13 @@ fp16 as each block reaches the Cube, and each output channel is multiplied by it
 fp8 weights each projection runs W8A8 in fp8 (e4m3), where the Cube has an fp8 mode: the
 activation is quantized to fp8 once per input, the Cube multiplies fp8 into fp16, and each
 output channel is multiplied by its scale.
+
+An int8 or fp8 KV cache holds K and V in that dtype with one scale per tensor (folded into
+the softmax's scale and the output, so it costs nothing to apply): each new K and V row is
+quantized as it is written, and decode's attention reads the cached blocks narrow and
+converts them to fp16 on chip before the matrix unit, on any chip (vLLM's fp8 cache on an
+A100 does the same). A prefill attends over its own fp16 K and V and writes the quantized
+copies to the cache.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from .workload import Workload, parse_workload
 
 WEIGHT_DTYPES = ("fp16", "int8", "w8a16", "fp8")  # int8: W8A8; w8a16: int8 weights alone
 WEIGHT_DTYPE = {"int8": "int8", "w8a16": "int8", "fp8": "fp8"}  # the weights' dtype
+KV_CACHE_DTYPES = ("fp16", "fp8", "int8")
 EXPERTS = "experts_"  # names of a mixture of experts' ops and weights: l0_experts_gate...
 
 
@@ -83,10 +91,11 @@ def step_workload(
     layers: int,
     fusion: str = "none",
     weights: str = "fp16",
+    kv_cache: str = "fp16",
 ) -> Workload:
     """The workload of `step` through the model's first `layers` decoder layers, then the
-    final norm and the LM head."""
-    builder = _Builder(model, step, weights)
+    final norm and the LM head, its weights and its KV cache in the dtypes given."""
+    builder = _Builder(model, step, weights, kv_cache)
     x = builder.embedding()
     for layer in range(layers):
         x = builder.layer(layer, x)
@@ -114,8 +123,8 @@ def layer_and_role(op_name: str) -> tuple[int | None, str]:
 class _Builder:
     """Tensors and ops in the workload file's form, named per layer (l0_q_proj...)."""
 
-    def __init__(self, model: ModelConfig, step: Step, weights: str):
-        self.model, self.step, self.weights = model, step, weights
+    def __init__(self, model: ModelConfig, step: Step, weights: str, kv_cache: str):
+        self.model, self.step, self.weights, self.kv_cache = model, step, weights, kv_cache
         self.tensors: dict[str, dict[str, Any]] = {}
         self.ops: list[dict[str, Any]] = []
         self.quantized: dict[str, str] = {}  # activation -> its int8 copy (W8A8)
@@ -185,14 +194,18 @@ class _Builder:
         k = self.linear(f"{p}k_proj", xn, m.hidden, kv * hd, m.qkv_bias)
         k = self.op(f"{p}k_rope", "rope", [k], f"{p}k")
         v = self.linear(f"{p}v_proj", xn, m.hidden, kv * hd, m.qkv_bias)
+        if self.kv_cache != "fp16":  # the rows written to the cache are quantized ones
+            self.op(f"{p}k_quant", "quantize", [k], f"{p}k_cached", to=self.kv_cache)
+            self.op(f"{p}v_quant", "quantize", [v], f"{p}v_cached", to=self.kv_cache)
+        cached = {} if self.kv_cache == "fp16" else {"dtype": self.kv_cache}
         heads = s.batch * kv
         qh = self.op(
             f"{p}q_heads", "reshape", [q], f"{p}qh", shape=[heads, group * s.new_tokens, hd]
         )
         if s.phase == "decode":
             attended = m.attended(s.context)
-            keys = self.tensor(f"{p}k_cache", [heads, attended, hd], kind="cache")
-            values = self.tensor(f"{p}v_cache", [heads, attended, hd], kind="cache")
+            keys = self.tensor(f"{p}k_cache", [heads, attended, hd], kind="cache", **cached)
+            values = self.tensor(f"{p}v_cache", [heads, attended, hd], kind="cache", **cached)
         else:
             keys = self.op(f"{p}k_heads", "reshape", [k], f"{p}kh", shape=[heads, s.new_tokens, hd])
             values = self.op(

@@ -37,9 +37,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..config.hardware import ACCUMULATOR_BYTES, Hardware
+from ..config.hardware import ACCUMULATOR_BYTES, CONVERT, Hardware
 from ..config.workload import Tensor, Workload
-from ..cost import cube_call_cycles
+from ..cost import cube_call_cycles, vector_op_cycles
 from ..errors import TooLargeError
 from ..ops import OPS
 from .attention_plan import (
@@ -64,6 +64,7 @@ from .program import (
     Draft,
     KernelProgram,
     SlotRing,
+    VectorOp,
     operand_region,
     transfer,
 )
@@ -139,8 +140,10 @@ def _refuse_if_too_large(
     key_blocks: dict[int, int],
 ) -> None:
     """Refused before it is built: a kernel of more instructions than a run can hold (per
-    key/value block 9 in the registers, 13 through UB; 3 more per unit)."""
+    key/value block 9 in the registers, 13 through UB, and one per K or V block converted;
+    3 more per unit)."""
     per_block = 9 if hw.epilogue_in_registers else 13
+    per_block += (s.k_bytes < s.element_bytes) + (s.v_bytes < s.element_bytes)
     blocks = sum(key_blocks.values())
     count = s.batch * (per_block * blocks + 3 * len(key_blocks))
     if count > MAX_INSTRUCTIONS:
@@ -176,8 +179,8 @@ class _AttentionCore:
         core = self.core = CoreBuilder()
         d, e = padded_head_dim(shape.head_dim, hw, shape.dtype), shape.element_bytes
         self.l1_q = SlotRing(core, "L1", block_q * d * e, BUFFERS)
-        self.l1_k = SlotRing(core, "L1", block_kv * d * e, BUFFERS)
-        self.l1_v = SlotRing(core, "L1", block_kv * d * e, BUFFERS)
+        self.l1_k = SlotRing(core, "L1", block_kv * d * shape.k_bytes, BUFFERS)
+        self.l1_v = SlotRing(core, "L1", block_kv * d * shape.v_bytes, BUFFERS)
         a_block = block_q * (d if self.in_registers else max(d, block_kv)) * e
         self.l0a = SlotRing(core, "L0A", a_block, BUFFERS)  # Q for S, and (through UB) P
         self.l0b = SlotRing(core, "L0B", block_kv * d * e, BUFFERS)
@@ -208,14 +211,48 @@ class _AttentionCore:
         self.vector_work += work
         return draft
 
-    def _move(self, label: str, dst: str, rows: int, cols: int) -> Draft:
+    def _move(self, label: str, dst: str, rows: int, cols: int, element_bytes: int) -> Draft:
         """L1 → L0A or L0B: a rows × cols operand block, padded to whole fractals."""
+        return self.core.emit(
+            transfer("MTE1", label, "L1", dst, self._padded(dst, rows, cols) * element_bytes)
+        )
+
+    def _padded(self, dst: str, rows: int, cols: int) -> int:
+        """Elements of a rows × cols block in L0A or L0B, padded to whole fractals."""
         fm, fn, fk = self.fractal
         if dst == "L0A":
-            padded = round_up(rows, fm) * round_up(cols, fk)
-        else:
-            padded = round_up(rows, fk) * round_up(cols, fn)
-        return self.core.emit(transfer("MTE1", label, "L1", dst, padded * self.s.element_bytes))
+            return round_up(rows, fm) * round_up(cols, fk)
+        return round_up(rows, fk) * round_up(cols, fn)
+
+    def _to_l0b(
+        self, label: str, rows: int, cols: int, stored_bytes: int, l1: SlotRing, l1_slot: int
+    ) -> tuple[int, int]:
+        """A K or V block moved from its L1 slot into L0B: its L0B slot, and the flag that
+        says it is ready for the Cube. A block stored narrower than the Cube's dtype (an int8
+        or fp8 KV cache) is converted there by VECTOR first, as a weight-only matmul converts
+        its B blocks."""
+        move = self._move(f"move {label}", "L0B", rows, cols, stored_bytes)
+        l1.first_use(move, l1_slot)
+        l1.last_use(move, l1_slot)
+        slot = self.l0b.fill(move)
+        e = self.s.element_bytes
+        if stored_bytes == e:
+            return slot, self.l0b.ready[slot]
+        elements = self._padded("L0B", rows, cols)
+        convert = Draft(
+            VectorOp,
+            "VECTOR",
+            f"convert {label}",
+            elements * e,
+            reads=(("L0B", elements * stored_bytes),),
+            writes=(("L0B", elements * e),),
+            cycles=vector_op_cycles(self.hw.vector, elements, e, CONVERT),
+        )
+        self.l0b.first_use(convert, slot)
+        convert.signals(self.l0b.done[slot])
+        self.core.emit(convert)
+        self.vector_work += elements * e * self.hw.vector.cost_factor[CONVERT]
+        return slot, self.l0b.done[slot]
 
     def _mmad(self, label: str, m: int, n: int, k: int) -> Draft:
         fm, fn, fk = self.fractal
@@ -237,10 +274,10 @@ class _AttentionCore:
             )
         )
 
-    def _load(self, name: str, transposed: bool, b: int, rows, cols) -> Draft:
+    def _load(self, name: str, transposed: bool, b: int, rows, cols, element_bytes: int) -> Draft:
         tensor = self.tensors[name]
         region = operand_region(name, tensor.shape, transposed, b, rows, cols)
-        nbytes = (rows[1] - rows[0]) * (cols[1] - cols[0]) * self.s.element_bytes
+        nbytes = (rows[1] - rows[0]) * (cols[1] - cols[0]) * element_bytes
         return self.core.emit(transfer("MTE2", f"load {region}", "HBM", "L1", nbytes, region))
 
     def unit(
@@ -259,7 +296,8 @@ class _AttentionCore:
         q1 = min(s.queries, q0 + self.bq)
         rows = q1 - q0
         transpose_q = bool(self.qk.attrs.get("transpose_a"))
-        q_slot = self.l1_q.fill(self._load(self.qk.inputs[0], transpose_q, b, (q0, q1), (0, d)))
+        q_load = self._load(self.qk.inputs[0], transpose_q, b, (q0, q1), (0, d), s.element_bytes)
+        q_slot = self.l1_q.fill(q_load)
         flags = core.new_flag(0, "data"), core.new_flag(0, "data")
         unit = _Unit(rows, q0, q1, b, q_slot, *flags, partial=partial)
         starts = range(*(keys or (0, keys_seen(s, q0, q1))), self.bkv)
@@ -280,24 +318,23 @@ class _AttentionCore:
         (_, k_name), v_name = self.qk.inputs, self.pv.inputs[1]
         transpose_k = bool(self.qk.attrs.get("transpose_b"))
         transpose_v = bool(self.pv.attrs.get("transpose_b"))
-        k_slot = self.l1_k.fill(self._load(k_name, transpose_k, unit.b, (0, d), (k0, k1)))
-        v_slot = self.l1_v.fill(self._load(v_name, transpose_v, unit.b, (k0, k1), (0, d)))
-        q_move = self._move(f"move Q k{k0}", "L0A", rows, d)
+        k_load = self._load(k_name, transpose_k, unit.b, (0, d), (k0, k1), s.k_bytes)
+        k_slot = self.l1_k.fill(k_load)
+        v_load = self._load(v_name, transpose_v, unit.b, (k0, k1), (0, d), s.v_bytes)
+        v_slot = self.l1_v.fill(v_load)
+        q_move = self._move(f"move Q k{k0}", "L0A", rows, d, s.element_bytes)
         if first:
             self.l1_q.first_use(q_move, unit.q_slot)
         if last:
             self.l1_q.last_use(q_move, unit.q_slot)
         qa = self.l0a.fill(q_move)
-        k_move = self._move(f"move K k{k0}", "L0B", d, cols)
-        self.l1_k.first_use(k_move, k_slot)
-        self.l1_k.last_use(k_move, k_slot)
-        kb = self.l0b.fill(k_move)
+        kb, k_ready = self._to_l0b(f"K k{k0}", d, cols, s.k_bytes, self.l1_k, k_slot)
         score = self._mmad(f"mmad S {rows}x{cols}x{d}", rows, cols, d)
         if first and self.in_registers:
             score.waits_for(self.unit_done)
         self.l0a.first_use(score, qa)
         self.l0a.last_use(score, qa)
-        self.l0b.first_use(score, kb)
+        score.waits_for(k_ready)
         self.l0b.last_use(score, kb)
         s_slot = self.l0c_s.fill(score)
         # the block's softmax costs what the softmax op costs per score (max, exp, sum);
@@ -347,14 +384,11 @@ class _AttentionCore:
         s, core, d, rows, k0 = self.s, self.core, self.s.head_dim, unit.rows, block.k0
         elements = rows * block.cols
         if not self.in_registers:
-            p_move = self._move(f"move P k{k0}", "L0A", rows, block.cols)
+            p_move = self._move(f"move P k{k0}", "L0A", rows, block.cols, s.element_bytes)
             self.l1_p.first_use(p_move, block.p_slot)
             self.l1_p.last_use(p_move, block.p_slot)
             pa = self.l0a.fill(p_move)
-        v_move = self._move(f"move V k{k0}", "L0B", block.cols, d)
-        self.l1_v.first_use(v_move, block.v_slot)
-        self.l1_v.last_use(v_move, block.v_slot)
-        vb = self.l0b.fill(v_move)
+        vb, v_ready = self._to_l0b(f"V k{k0}", block.cols, d, s.v_bytes, self.l1_v, block.v_slot)
         o_bytes = rows * d * O_BYTES
         if self.in_registers and index:  # the Cube accumulates into the rescaled O
             rescale = self._vector(
@@ -363,7 +397,7 @@ class _AttentionCore:
             rescale.waits_for(unit.o_done)
             rescale.signals(unit.o_scaled)
         pv = self._mmad(f"mmad O {rows}x{d}x{block.cols}", rows, d, block.cols)
-        self.l0b.first_use(pv, vb)
+        pv.waits_for(v_ready)
         self.l0b.last_use(pv, vb)
         if self.in_registers:  # P is read where the softmax left it
             pv.reads = (("L0C", elements * s.element_bytes), pv.reads[1])

@@ -30,8 +30,10 @@ class AttentionShape:
     queries: int  # rows per batch (grouped-query heads stacked along them)
     keys: int
     head_dim: int
-    element_bytes: int
+    element_bytes: int  # of Q, the scores and the Cube's operands
     dtype: str
+    k_bytes: int  # of K and V as stored: fewer than element_bytes for an int8 or fp8 KV
+    v_bytes: int  # cache, whose blocks are converted to the Cube's dtype in L0B
     causal: bool
     sequence_queries: int = 0  # causal: one sequence's queries among the rows (causal_queries)
 
@@ -51,6 +53,7 @@ class AttentionShape:
 def attention_shape(kernel: Kernel, workload: Workload) -> AttentionShape:
     qk, softmax, pv = kernel.ops
     q, k = (workload.tensors[n] for n in qk.inputs)
+    v = workload.tensors[pv.inputs[1]]
     *batch, queries, head_dim = q.shape
     keys = k.shape[-2] if qk.attrs.get("transpose_b") else k.shape[-1]
     return AttentionShape(
@@ -60,6 +63,8 @@ def attention_shape(kernel: Kernel, workload: Workload) -> AttentionShape:
         head_dim,
         DTYPE_BYTES[q.dtype],
         q.dtype,
+        DTYPE_BYTES[k.dtype],
+        DTYPE_BYTES[v.dtype],
         bool(softmax.attrs.get("causal")),
         causal_queries(queries, keys, softmax.attrs),
     )
@@ -83,7 +88,7 @@ def attention_needs(s: AttentionShape, hw: Hardware, block_q: int, block_kv: int
     in_registers = hw.epilogue_in_registers
     score_slots = 2 if in_registers else 1  # in the registers S stays until P·V has read it
     needs = {
-        "L1": BUFFERS * (block_q * d + 2 * block_kv * d) * e,
+        "L1": BUFFERS * (block_q * e + block_kv * (s.k_bytes + s.v_bytes)) * d,
         "L0A": BUFFERS * block_q * (d if in_registers else max(d, block_kv)) * e,  # Q, P
         "L0B": BUFFERS * block_kv * d * e,
         "L0C": (score_slots * block_q * block_kv + block_q * d) * ACCUMULATOR_BYTES,
@@ -154,7 +159,7 @@ def deal_units(
     (causal: the last queries); each unit in turn goes to the core with the least work so
     far (the lowest-numbered among equals), as a free core takes the next. Units of equal
     work are dealt in turn."""
-    kv_bytes = 2 * s.keys * s.head_dim * s.element_bytes
+    kv_bytes = s.keys * s.head_dim * (s.k_bytes + s.v_bytes)
     section = max(1, hw.memories["L2"].capacity_bytes // kv_bytes)
     loads = [(0, core) for core in range(min(hw.cores, len(units)))]
     dealt: list[list[tuple[int, int, int]]] = [[] for _ in loads]

@@ -22,6 +22,7 @@ def render_inference(d: dict[str, Any]) -> str:
     lines = [
         f"{d['model']} on {chips}{d['hardware']}: batch {d['batch']}, prompt {d['prompt']:,}, "
         f"generate {d['generate']:,}, fusion {d['fusion']}, {d['weights']} weights"
+        + (f", {d['kv_cache']} KV cache" if d.get("kv_cache", "fp16") != "fp16" else "")
         + (f", runtime {d['runtime']}" if d.get("runtime") else ""),
         "",
         f"  time to first token  {d['ttft_us'] / 1e3:10,.2f} ms",
