@@ -168,6 +168,31 @@ def paged_decode(context: int, microseconds: float) -> KernelsCase:
     )
 
 
+def repeated_scale(id: str, chip: str, doubles: int, microseconds: float) -> KernelsCase:
+    """gpu-benches' repeated small kernels: a scale (B = A x 0.25) of `doubles` doubles,
+    called 10,000 times back to back in one CUDA graph (A to B, then B to A), timed per call,
+    the fastest of its block sizes. Modelled as an elementwise kernel over fp16 of the same
+    bytes, the last of two in a chain (its input the first's output, as each call's is the
+    call before's), launched as in a CUDA graph: the time the second adds."""
+    chain = [
+        {"name": "first", "op": "relu", "inputs": ["a"], "output": "b"},
+        {"name": "second", "op": "relu", "inputs": ["b"], "output": "c"},
+    ]
+    file = {"a100": "a100_80_graph", "h200": "h200_graph"}[chip]
+    return KernelsCase(
+        id,
+        chip,
+        "fp16",
+        f"scale {doubles * 16 / 1e6:.2f} MB",
+        microseconds,
+        f"gpu-benches gpu-small-kernels/{file}.txt, {doubles:,} doubles, CUDA graph",
+        {"a": {"shape": [doubles, 4]}},
+        chain,
+        timed="last",
+        runtime="cuda-graphs",
+    )
+
+
 KERNELS = (
     KernelsCase(
         "E3",
@@ -196,6 +221,14 @@ KERNELS = (
     ),
     paged_decode(2000, 292.0),
     paged_decode(4000, 567.2),
+    # each file's smallest size, the size its bandwidth peaks at (both buffers in L2) and
+    # its largest; the files give GB/s in whole numbers (the smallest sizes' times +-1%)
+    repeated_scale("SK1", "a100", 4096, 1.337),
+    repeated_scale("SK2", "a100", 1418925, 7.278),
+    repeated_scale("SK3", "a100", 38831060, 357.9),
+    repeated_scale("SK4", "h200", 4096, 1.260),
+    repeated_scale("SK5", "h200", 2210918, 6.994),
+    repeated_scale("SK6", "h200", 77308797, 363.9),
 )
 
 

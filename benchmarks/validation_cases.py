@@ -170,7 +170,9 @@ CASES = (
 
 @dataclass(frozen=True)
 class KernelsCase:
-    """Kernels other than one GEMM, and the time the source measured for them all."""
+    """Kernels other than one GEMM, and the time the source measured for them all; or, with
+    `timed: last`, for the last of them alone, as a benchmark times one call of a kernel run
+    back to back (the ops' time less the time of all but the last)."""
 
     id: str
     hardware: str
@@ -181,6 +183,8 @@ class KernelsCase:
     tensors: dict
     ops: list
     fusion: str = "none"
+    timed: str = "all"  # or "last"
+    runtime: str | None = None  # the profile whose launch figures the kernels run with
 
 
 def norm_then_quantize(tokens: int, microseconds: float) -> KernelsCase:
