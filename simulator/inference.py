@@ -510,11 +510,16 @@ def _refuse(
     fits = _fewest_chips(
         model, hardware, prefill, longest, fusion, weights, kv_cache, part.chips + 1
     )
-    advice = (
-        f"; it fits on {fits} chips: --chips {fits}"
-        if fits
-        else ("; try int8 weights, an fp8 KV cache, a shorter context or a smaller batch")
-    )
+    smaller = [
+        *(["int8 weights"] if weights == "fp16" else []),
+        *(  # where the cache weighs: a quarter of the need or more
+            ["an fp8 KV cache"]
+            if kv_cache == "fp16" and 4 * footprint.kv_cache_bytes >= footprint.total_bytes
+            else []
+        ),
+        "a shorter context or a smaller batch",
+    ]
+    advice = f"; it fits on {fits} chips: --chips {fits}" if fits else f"; try {', '.join(smaller)}"
     raise SimulatorError(message + advice)
 
 

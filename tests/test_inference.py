@@ -176,6 +176,21 @@ def test_a_narrow_kv_cache_is_written_quantized_and_read_narrow(tiny):
     assert refused.value.code == 2
 
 
+def test_a_refusal_suggests_a_narrower_cache_only_where_the_cache_weighs(tiny):
+    """A request that does not fit is told what would shrink it: int8 weights while they are
+    fp16, an fp8 KV cache while the cache is fp16 and a quarter of the need or more."""
+    big_cache = {"prompt": 4000, "generate": 4, "batch": 8}
+    for model, options, advised, not_advised in (
+        ("llama2-7b", big_cache, ["int8 weights", "an fp8 KV cache"], []),
+        ("llama2-7b", {**big_cache, "kv_cache": "int8"}, ["int8 weights"], ["an fp8 KV"]),
+        ("qwen2-7b", {"prompt": 16, "generate": 4}, ["int8 weights"], ["an fp8 KV"]),
+    ):
+        with pytest.raises(SimulatorError) as refused:
+            infer(load_model(model), tiny, **options)
+        advice = str(refused.value).split("; try ")[1]
+        assert all(a in advice for a in advised) and not any(a in advice for a in not_advised)
+
+
 def test_grouped_query_attention_reads_each_key_value_head_once(tiny):
     """Four query heads over two key/value heads: the cache read per layer is the two heads'
     K and V over the context, not four."""
