@@ -77,14 +77,16 @@ class TransferInFlight:
 
     A global-memory read: hits cross the L2 port (after any other core's fetch of the same
     cells has landed), misses are fetched over HBM (filling L2). A write goes through to HBM
-    and allocates in L2. An engine keeps several transfers in flight, so a transfer's start-up
-    overlaps the data of the ones before it, but it moves the data of one stream in order: a
-    transfer's bytes start moving once the transfer before it in its stream (`after`) has
-    landed (see EngineQueue). It reports landing after the transfer issued before it on its
-    engine (`prior`) has, so an engine retires its transfers in the order it issued them. On
-    a chip whose L2 serialises same-address reads, readers of one block cross the L2 port one
-    after another, in the order they got there. The time beyond the uncontended cycles is
-    waiting on the shared memories and on the engine."""
+    and allocates in L2; it is complete once L2 holds it (L2 is where global memory is
+    coherent: the next kernel reads it there), so it waits L2's latency, not HBM's, while its
+    bytes cross HBM at HBM's rate. An engine keeps several transfers in flight, so a
+    transfer's start-up overlaps the data of the ones before it, but it moves the data of one
+    stream in order: a transfer's bytes start moving once the transfer before it in its
+    stream (`after`) has landed (see EngineQueue). It reports landing after the transfer
+    issued before it on its engine (`prior`) has, so an engine retires its transfers in the
+    order it issued them. On a chip whose L2 serialises same-address reads, readers of one
+    block cross the L2 port one after another, in the order they got there. The time beyond
+    the uncontended cycles is waiting on the shared memories and on the engine."""
 
     __slots__ = (
         "world",
@@ -159,7 +161,7 @@ class TransferInFlight:
         else:
             world.l2.write(instr.region)
             self.hit_bytes, self.hbm_bytes = 0, instr.nbytes
-            latency += world.l2_latency + world.hbm_latency
+            latency += world.l2_latency  # a posted store: done when L2 holds it
             self.legs = (("HBM", self.hbm_bytes, rate),)
         self.ideal: int = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in self.legs)
         self.leg = 0
