@@ -23,7 +23,7 @@ prompt's last token, and a decode step over that token gives it). Two savings ke
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
 
 from .config.hardware import Hardware, load_hardware
 from .config.model import ModelConfig, kv_cache_bytes, load_model, shard
@@ -152,14 +152,13 @@ def infer(
         )
 
     part = shard(model, chips)
+    steps = _Steps(fusion, weights, kv_cache)
 
     capped: dict[str, float] = {}  # phase -> the clock its power cap held a run to
 
     def run(step: Step, layers: int) -> SimulationReport:
         try:
-            report = simulate(
-                step_workload(part, hardware, step, layers, fusion, weights, kv_cache)
-            )
+            report = simulate(steps.workload(part, hardware, step, layers))
             if _clock_scale(report, hardware.clock_hz) != 1.0:
                 capped[step.phase] = report.clock_ghz * 1e9
             return report
@@ -188,9 +187,9 @@ def infer(
 
     prefill_step = Step("prefill", batch, prompt, prompt)
     longest = prompt + generate
-    footprint = _footprint(part, hardware, prefill_step, longest, fusion, weights, kv_cache)
+    footprint = _footprint(part, hardware, prefill_step, longest, steps)
     if footprint.total_bytes > footprint.hbm_capacity_bytes:
-        _refuse(model, part, hardware, footprint, prefill_step, longest, fusion, weights, kv_cache)
+        _refuse(model, part, hardware, footprint, prefill_step, longest, steps)
     first_steps = [prefill_step]  # the steps before the first token
     if runtime is not None and runtime.first_token == DECODE:
         short = [Step("prefill", batch, prompt - 1, prompt - 1)] if prompt > 1 else []
@@ -413,20 +412,28 @@ def _spread(contexts: range, points: int) -> list[int]:
     return sorted({contexts[round(i * (len(contexts) - 1) / (points - 1))] for i in range(points)})
 
 
+@dataclass(frozen=True)
+class _Steps:
+    """What every step of a request is generated with, beside its model, chip and shape."""
+
+    fusion: str
+    weights: str
+    kv_cache: str
+
+    def workload(self, model: ModelConfig, hardware: Hardware, step: Step, layers: int):
+        return step_workload(
+            model, hardware, step, layers, self.fusion, self.weights, self.kv_cache
+        )
+
+
 def _footprint(
-    model: ModelConfig,
-    hardware: Hardware,
-    prefill: Step,
-    longest: int,
-    fusion: str,
-    weights: str,
-    kv_cache: str,
+    model: ModelConfig, hardware: Hardware, prefill: Step, longest: int, steps: _Steps
 ) -> Footprint:
     """From the generated prefill of a one-layer model: its layer's weights times the layers,
     plus the embedding and head; the KV cache in its dtype; every other tensor of that prefill
     that reaches HBM (one layer's activations: layers run one after another and reuse them;
     what a fused kernel keeps on chip, fused attention's scores among them, takes none)."""
-    workload = step_workload(model, hardware, prefill, 1, fusion, weights, kv_cache)
+    workload = steps.workload(model, hardware, prefill, 1)
     roles = tensor_roles(workload, plan_kernels(workload))
     all_experts = model.experts / expert_rows(model, prefill)[0]  # the step reads the active
     layer_weights = outside = activations = 0.0
@@ -441,7 +448,7 @@ def _footprint(
             layer_weights += tensor.nbytes * (all_experts if role.startswith(EXPERTS) else 1)
     return Footprint(
         round(layer_weights * model.layers + outside),
-        kv_cache_bytes(model, prefill.batch * longest, DTYPE_BYTES[kv_cache]),
+        kv_cache_bytes(model, prefill.batch * longest, DTYPE_BYTES[steps.kv_cache]),
         round(activations),
         hardware.memories["HBM"].capacity_bytes,
     )
@@ -461,7 +468,8 @@ def fewest_chips(
     model fit their HBM for this request (None: no group the links join), from footprints
     alone: nothing is simulated."""
     prefill = Step("prefill", batch, prompt, prompt)
-    return _fewest_chips(model, hardware, prefill, prompt + generate, fusion, weights, kv_cache, 1)
+    steps = _Steps(fusion, weights, kv_cache)
+    return _fewest_chips(model, hardware, prefill, prompt + generate, steps, 1)
 
 
 def _fewest_chips(
@@ -469,9 +477,7 @@ def _fewest_chips(
     hardware: Hardware,
     prefill: Step,
     longest: int,
-    fusion: str,
-    weights: str,
-    kv_cache: str,
+    steps: _Steps,
     start: int,
 ) -> int | None:
     for chips in range(start, MAX_CHIPS + 1):
@@ -481,7 +487,7 @@ def _fewest_chips(
             candidate = shard(model, chips)
         except ConfigError:
             continue
-        need = _footprint(candidate, hardware, prefill, longest, fusion, weights, kv_cache)
+        need = _footprint(candidate, hardware, prefill, longest, steps)
         if need.total_bytes <= need.hbm_capacity_bytes:
             return chips
     return None
@@ -494,9 +500,7 @@ def _refuse(
     footprint: Footprint,
     prefill: Step,
     longest: int,
-    fusion: str,
-    weights: str,
-    kv_cache: str,
+    steps: _Steps,
 ) -> None:
     """A model that does not fit is refused with its footprint and, where the chip has a
     link, the fewest chips whose shares would fit (heads and MLP split evenly)."""
@@ -507,14 +511,12 @@ def _refuse(
         f"{fmt_bytes(footprint.weight_bytes)}, KV cache {fmt_bytes(footprint.kv_cache_bytes)}, "
         f"activations {fmt_bytes(footprint.activation_bytes)})"
     )
-    fits = _fewest_chips(
-        model, hardware, prefill, longest, fusion, weights, kv_cache, part.chips + 1
-    )
+    fits = _fewest_chips(model, hardware, prefill, longest, steps, part.chips + 1)
     smaller = [
-        *(["int8 weights"] if weights == "fp16" else []),
+        *(["int8 weights"] if steps.weights == "fp16" else []),
         *(  # where the cache weighs: a quarter of the need or more
             ["an fp8 KV cache"]
-            if kv_cache == "fp16" and 4 * footprint.kv_cache_bytes >= footprint.total_bytes
+            if steps.kv_cache == "fp16" and 4 * footprint.kv_cache_bytes >= footprint.total_bytes
             else []
         ),
         "a shorter context or a smaller batch",
