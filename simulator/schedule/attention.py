@@ -10,7 +10,8 @@ unit once the last one is stored. Per unit:
   MTE2    stages the query block Q in L1 once
   for each key/value block (causal: only blocks at or before the unit's last query):
     MTE2    stages the K and V blocks in L1
-    MTE1    moves Q → L0A and K → L0B;  CUBE  S = Q·Kᵀ into L0C
+    MTE1    moves Q → L0A and K → L0B (a K block of an int8 or fp8 cache is converted to
+            the Cube's dtype there by VECTOR first; so is V's);  CUBE  S = Q·Kᵀ into L0C
     FIXPIPE drains S to UB (on a chip whose epilogues work in the registers, S stays there)
     VECTOR  (causal, a block past some query's position: a masking pass first)
     VECTOR  online softmax over the block: row max, P = exp(S − max), row sum, and the
