@@ -130,10 +130,21 @@ def test_readme_shows_real_output():
         )
 
 
-def _readme_commands() -> list[str]:
+GPUS = ("a100", "h100", "h200")
+
+
+def _readme_commands() -> list:
+    """The README's commands; a request on a GPU preset takes half a minute at a terminal on
+    two cores, so those run with the slow tests (CI runs them all)."""
     from .refresh_readme import shown_blocks
 
-    return [command for command, _ in shown_blocks((ROOT / "README.md").read_text())]
+    def on_a_gpu(command: str) -> bool:
+        return " infer " in command and any(f"--hardware {g}" in command for g in GPUS)
+
+    return [
+        pytest.param(command, marks=pytest.mark.slow) if on_a_gpu(command) else command
+        for command, _ in shown_blocks((ROOT / "README.md").read_text())
+    ]
 
 
 @pytest.mark.parametrize("command", _readme_commands())
