@@ -40,7 +40,7 @@ from dataclasses import dataclass
 
 from ..config.hardware import ACCUMULATOR_BYTES, CONVERT, Hardware
 from ..config.workload import Tensor, Workload
-from ..cost import cube_call_cycles, vector_op_cycles
+from ..cost import cube_call_cycles
 from ..errors import TooLargeError
 from ..ops import OPS
 from .attention_plan import (
@@ -65,7 +65,7 @@ from .program import (
     Draft,
     KernelProgram,
     SlotRing,
-    VectorOp,
+    converted_in_l0b,
     operand_region,
     transfer,
 )
@@ -240,18 +240,9 @@ class _AttentionCore:
         if stored_bytes == e:
             return slot, self.l0b.ready[slot]
         elements = self._padded("L0B", rows, cols)
-        convert = Draft(
-            VectorOp,
-            "VECTOR",
-            f"convert {label}",
-            elements * e,
-            reads=(("L0B", elements * stored_bytes),),
-            writes=(("L0B", elements * e),),
-            cycles=vector_op_cycles(self.hw.vector, elements, e, CONVERT),
+        self.core.emit(
+            converted_in_l0b(self.hw, f"convert {label}", elements, stored_bytes, e, self.l0b, slot)
         )
-        self.l0b.first_use(convert, slot)
-        convert.signals(self.l0b.done[slot])
-        self.core.emit(convert)
         self.vector_work += elements * e * self.hw.vector.cost_factor[CONVERT]
         return slot, self.l0b.done[slot]
 

@@ -19,7 +19,7 @@ from typing import NamedTuple
 
 from ..config.hardware import CONVERT, Hardware
 from ..config.workload import Workload
-from ..cost import cube_call_cycles, vector_op_cycles, vector_work
+from ..cost import cube_call_cycles, vector_work
 from ..errors import SimulatorError, TooLargeError
 from ..ops import DTYPE_BYTES
 from .attention import lower_attention
@@ -37,7 +37,7 @@ from .program import (
     Program,
     Region,
     SlotRing,
-    VectorOp,
+    converted_in_l0b,
     operand_region,
     transfer,
 )
@@ -452,17 +452,15 @@ class _MatmulCore:
                 if not shape.converts_b:  # the move's landing is the block's readiness
                     b_ready.append(ring.ready[slot])
                     continue
-                convert = Draft(
-                    VectorOp,
-                    "VECTOR",
+                convert = converted_in_l0b(
+                    self.hw,
                     f"convert B k{kb}",
-                    nbytes=b_cube,
-                    cycles=vector_op_cycles(self.hw.vector, b_elems, shape.cube_b_bytes, CONVERT),
-                    reads=(("L0B", b_bytes),),
-                    writes=(("L0B", b_cube),),
+                    b_elems,
+                    shape.b_bytes,
+                    shape.cube_b_bytes,
+                    ring,
+                    slot,
                 )
-                ring.first_use(convert, slot)
-                convert.signals(ring.done[slot])
                 b_ready.append(ring.done[slot])
                 converts.append(convert)
             first_k, last_k = kb == 0, kb_index == len(starts) - 1 and kc1 == shape.k

@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, ClassVar
 
-from ..config.hardware import Hardware
-from ..cost import block_packets, run_packets, shaped_rate, strided_read_factor
+from ..config.hardware import CONVERT, Hardware
+from ..cost import block_packets, run_packets, shaped_rate, strided_read_factor, vector_op_cycles
 from ..errors import InvariantError
 
 PIPES = ("MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3")
@@ -336,6 +336,33 @@ class SlotRing:
     def last_use(self, consumer: Draft, slot: int) -> None:
         consumer.signals(self.free[slot])
         consumer.frees(self.buffer, self.slot_bytes)
+
+
+def converted_in_l0b(
+    hw: Hardware,
+    label: str,
+    elements: int,
+    stored_bytes: int,
+    cube_bytes: int,
+    ring: SlotRing,
+    slot: int,
+) -> Draft:
+    """A B block stored narrower than the Cube's dtype (int8 weights of a weight-only
+    matmul, an int8 or fp8 KV cache), converted in its L0B slot by VECTOR at the convert
+    rate, as a GPU's cores convert the fragments they load: it waits for the block's move
+    and sets the slot's `done` flag, which the Cube waits on instead of `ready`."""
+    convert = Draft(
+        VectorOp,
+        "VECTOR",
+        label,
+        elements * cube_bytes,
+        reads=(("L0B", elements * stored_bytes),),
+        writes=(("L0B", elements * cube_bytes),),
+        cycles=vector_op_cycles(hw.vector, elements, cube_bytes, CONVERT),
+    )
+    ring.first_use(convert, slot)
+    convert.signals(ring.done[slot])
+    return convert
 
 
 @dataclass(frozen=True)
