@@ -8,17 +8,36 @@ none is left computing a point nobody will read.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing.pool import Pool
 
 
-def _worker_signals() -> None:
+def _worker_signals(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt does
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # and stops its workers with SIGTERM
+    _die_with(parent)
+
+
+def _die_with(parent: int) -> None:
+    """End this worker when its parent ends, however the parent goes (killed outright, or
+    stopped while its pool was still forking, before it knew every worker): an orphaned
+    worker would compute on, or wait for tasks forever, holding the command's output pipes
+    open. Linux can say so (prctl PR_SET_PDEATHSIG); elsewhere the pool's own clean-up is
+    all there is."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it ended before the request was made
+        os._exit(1)
 
 
 @contextmanager
@@ -27,7 +46,10 @@ def worker_pool(processes: int, tasks_per_worker: int | None = None) -> Iterator
     it ends by an exception or an interrupt; a worker that has done `tasks_per_worker` tasks
     (None: no limit) is replaced by a fresh one, which gives its memory back."""
     pool = multiprocessing.Pool(
-        processes, initializer=_worker_signals, maxtasksperchild=tasks_per_worker
+        processes,
+        initializer=_worker_signals,
+        initargs=(os.getpid(),),
+        maxtasksperchild=tasks_per_worker,
     )
     try:
         yield pool
@@ -52,16 +74,33 @@ class Stopped(KeyboardInterrupt):
 @contextmanager
 def stopping_on_sigterm() -> Iterator[None]:
     """Within the block, SIGTERM raises Stopped in the main thread instead of killing the
-    process where it stands (elsewhere than the main thread, nothing changes)."""
+    process where it stands (elsewhere than the main thread, nothing changes). A stop that
+    Python swallowed is delivered again: a signal handler's exception raised while Python
+    runs a callback whose errors it only prints (an at-fork hook as a pool forks its
+    workers, a finaliser) would otherwise be lost, and the command would run on."""
 
     def stop(signum: int, _frame: object) -> None:
         raise Stopped(signum)
 
+    def redeliver(unraisable) -> None:
+        exc = unraisable.exc_value
+        if not isinstance(exc, KeyboardInterrupt):  # neither Stopped nor Ctrl-C's own
+            previous_hook(unraisable)
+            return
+        signum = exc.signum if isinstance(exc, Stopped) else signal.SIGINT
+        # again from another thread a moment later, once Python has left the callback (a
+        # signal sent from here would be handled, and swallowed, in this hook)
+        again = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+        again.daemon = True
+        again.start()
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, stop)
+    previous, previous_hook = signal.signal(signal.SIGTERM, stop), sys.unraisablehook
+    sys.unraisablehook = redeliver
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = previous_hook
