@@ -8,15 +8,17 @@ none is left computing a point nobody will read.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing.pool import Pool
+
+ORPHAN_CHECK_S = 0.25  # how soon a worker notices that its parent is gone
 
 
 def _worker_signals(parent: int) -> None:
@@ -26,18 +28,19 @@ def _worker_signals(parent: int) -> None:
 
 
 def _die_with(parent: int) -> None:
-    """End this worker when its parent ends, however the parent goes (killed outright, or
+    """End this worker when its parent process ends, however it goes (killed outright, or
     stopped while its pool was still forking, before it knew every worker): an orphaned
     worker would compute on, or wait for tasks forever, holding the command's output pipes
-    open. Linux can say so (prctl PR_SET_PDEATHSIG); elsewhere the pool's own clean-up is
-    all there is."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        return
-    if os.getppid() != parent:  # it ended before the request was made
+    open. A watcher thread looks for the parent every ORPHAN_CHECK_S. (Not PR_SET_PDEATHSIG:
+    it fires when the forking *thread* ends, and a pool forks replacement workers from a
+    thread that ends at close, killing them while they may hold the task queue's lock.)"""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(ORPHAN_CHECK_S)
         os._exit(1)
+
+    threading.Thread(target=watch, name="orphan-watch", daemon=True).start()
 
 
 @contextmanager
