@@ -26,6 +26,7 @@ from .outputs import (
     write_atomically,
     write_json,
 )
+from .step_cache import ENV, OFF
 from .sweep import FIGURES, PLOTTABLE
 from .workers import Stopped, stopping_on_sigterm
 
@@ -47,7 +48,10 @@ def main(argv: list[str] | None = None) -> int:
             "tune": _tune,
             "infer": _infer,
             "figures": _figures,
+            "cache": _cache,
         }
+        if getattr(args, "no_cache", False):  # for this process and the workers it starts
+            os.environ[ENV] = OFF
         # `kill` stops a run as Ctrl-C does: its workers and temporary files go with it
         with gc_paused(), stopping_on_sigterm():
             return commands[args.command](args)
@@ -151,6 +155,19 @@ def _figures(args) -> int:
         print(json.dumps(data, indent=2, allow_nan=False))
     else:
         print("\n\n".join(render_figures(chip, args.kind) for chip in chips))
+    return 0
+
+
+def _cache(args) -> int:
+    from .step_cache import cache_state, clear_cache
+    from .units import format_bytes_decimal as fmt_bytes
+
+    state = clear_cache() if args.clear else cache_state()
+    if state.folder is None:
+        print(f"the cache of simulated runs is off (${ENV}={os.environ.get(ENV)!r})")
+        return 0
+    held = f"{state.entries:,} run{'s' * (state.entries != 1)}, {fmt_bytes(state.nbytes)}"
+    print(f"{'removed' if args.clear else 'holds'} {held}: {state.folder}")
     return 0
 
 

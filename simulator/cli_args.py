@@ -11,6 +11,7 @@ from .config.model import model_names
 from .config.runtime import runtime_names
 from .config.transformer import KV_CACHE_DTYPES, WEIGHT_DTYPES
 from .errors import printable
+from .step_cache import ENV, OFF
 from .sweep import PLOTTABLE
 from .version import NAME, __version__
 
@@ -192,6 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run a request of more than 2,000 simulated layer-steps without asking",
     )
+    _no_cache(infer, "steps")
     _overrides(
         infer,
         "change a model field (num_key_value_heads=8) or, prefixed with hardware., a "
@@ -287,8 +289,28 @@ def build_parser() -> argparse.ArgumentParser:
     sweep.add_argument(
         "--yes", action="store_true", help="run a grid of more than 100 points without asking"
     )
+    _no_cache(sweep, "points")
     _max_cycles(sweep)
+
+    cache = sub.add_parser(
+        "cache",
+        help="say what the cache of simulated runs holds, or empty it",
+        description="infer's steps and sweep's points are kept once simulated, keyed by "
+        "their whole content and the simulator's code, so a repeated one costs a file "
+        f"read. The folder: ${ENV} if set ('{OFF}' turns the cache off), else "
+        "$XDG_CACHE_HOME/npu-memsim, else ~/.cache/npu-memsim.",
+    )
+    cache.add_argument("--clear", action="store_true", help="remove every cached run")
     return parser
+
+
+def _no_cache(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help=f"simulate every one of its {what}, neither reading nor filling the cache of "
+        "runs (python -m simulator cache)",
+    )
 
 
 class _Parser(argparse.ArgumentParser):

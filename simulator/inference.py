@@ -42,10 +42,11 @@ from .cost import all_gather_cycles, all_reduce_cycles
 from .errors import ConfigError, InvariantError, SimulatorError, TooLargeError, check_count
 from .inference_report import TIME_CLASSES, Footprint, InferenceReport, StepTime
 from .ops import DTYPE_BYTES
-from .pipeline import plan_kernels, simulate
+from .pipeline import plan_kernels
 from .report import SimulationReport
 from .schedule.footprint import RESIDENT_ROLES, tensor_roles
 from .schedule.program import MAX_INSTRUCTIONS
+from .step_cache import simulate_cached
 from .units import format_bytes_decimal as fmt_bytes
 from .version import __version__
 
@@ -158,7 +159,7 @@ def infer(
 
     def run(step: Step, layers: int) -> SimulationReport:
         try:
-            report = simulate(steps.workload(part, hardware, step, layers))
+            report = simulate_cached(steps.workload(part, hardware, step, layers))
             if _clock_scale(report, hardware.clock_hz) != 1.0:
                 capped[step.phase] = report.clock_ghz * 1e9
             return report

@@ -205,12 +205,12 @@ def row_of(point: dict[str, Any], report: dict | None, error: str = "") -> dict[
 def run_point(args: tuple[str, list[str], dict[str, Any], int | None]) -> dict[str, Any]:
     """One grid point, in a worker process: a row, or a row with the reason it is illegal."""
     from .config.workload import load_workload
-    from .pipeline import simulate
+    from .step_cache import simulate_cached
 
     path, base, point, max_cycles = args
     overrides = [*base, *(f"{field}={value}" for field, value in point.items())]
     try:
-        report = simulate(load_workload(path, overrides), max_cycles).to_dict()
+        report = simulate_cached(load_workload(path, overrides), max_cycles).to_dict()
     except SimulatorError as exc:
         return row_of(point, None, " | ".join(str(exc).splitlines()))
     return row_of(point, report)

@@ -1,6 +1,14 @@
+import os
+
 import pytest
 
 from simulator.config.hardware import load_hardware
+from simulator.step_cache import ENV, OFF
+
+# Every test simulates what it checks, in this process and in the commands it starts: a run
+# kept from an earlier test or an earlier suite would not exercise the engine. The cache's own
+# tests (test_step_cache.py) give it a folder of their own.
+os.environ[ENV] = OFF
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,16 @@ LAYERS = (
     ("viz", ("viz",)),  # renderings of a report
     (
         "orchestration",
-        ("report", "pipeline", "inference", "inference_report", "search", "sweep", "outputs"),
+        (
+            "report",
+            "pipeline",
+            "step_cache",
+            "inference",
+            "inference_report",
+            "search",
+            "sweep",
+            "outputs",
+        ),
     ),
     ("interface", ("", "cli", "cli_args", "__main__")),  # the package's API and the CLI
 )
