@@ -7,7 +7,8 @@ on any machine.
 
 The request: `python -m simulator infer llama2-7b --prompt 2048 --generate 128` (`--quick`:
 a 128-token prompt), whole process, in a cache folder of its own that starts empty.
-Targets (issue 23): the request within 10x the loop, the repeated one within 1 s.
+Targets (issue 23): the request within 10x the loop, the repeated one within 1 s, and the
+peak memory (RSS) of either under 1 GB.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -25,6 +27,7 @@ import simpy
 LOOP_TIMEOUTS = 200_000
 REQUEST_LOOPS = 10  # the request's target, in loops
 REPEAT_TARGET_S = 1.0
+PEAK_TARGET_BYTES = 1 << 30
 
 
 def bare_loop_s() -> float:
@@ -42,6 +45,7 @@ def bare_loop_s() -> float:
 
 
 def timed_request(command: list[str], cache: str) -> tuple[float, dict]:
+    """Wall seconds and the report of the request, run in a process of its own."""
     started = time.perf_counter()
     result = subprocess.run(
         command,
@@ -66,6 +70,7 @@ def main() -> None:
         cold_s, report = timed_request(command, cache)
         warm_s, again = timed_request(command, cache)
     assert again == report, "a request read from the cache differs from the one simulated"
+    peak_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # Linux: KiB
     print(f"infer llama2-7b --prompt {prompt} --generate 128 on {args.hardware}")
     print(f"  bare SimPy loop    {loop_s:8.2f} s   ({LOOP_TIMEOUTS:,} timeouts)")
     print(
@@ -75,6 +80,10 @@ def main() -> None:
     print(
         f"  again, from cache  {warm_s:8.2f} s   {warm_s / loop_s:6.1f} loops "
         f"(target < {REPEAT_TARGET_S:.0f} s)"
+    )
+    print(
+        f"  peak memory        {peak_bytes / 2**30:8.2f} GiB (the larger process; "
+        f"target < {PEAK_TARGET_BYTES / 2**30:.0f} GiB)"
     )
     print(f"  steps simulated    {len(report['steps']):8d}     of {report['generate']}")
     print(f"  {report['method']}")
