@@ -27,17 +27,9 @@ from simulator.step_cache import (
 )
 
 from .terminal import ROOT
+from .test_every_request import TOY as TOY_CONFIG
 
 FFN = ROOT / "workloads" / "ffn_decode.yaml"
-TOY_CONFIG = {
-    "hidden_size": 256,
-    "intermediate_size": 512,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "num_hidden_layers": 2,
-    "vocab_size": 1024,
-    "max_position_embeddings": 4096,
-}
 TOY = parse_model(TOY_CONFIG, "toy", "<toy>")
 
 
