@@ -232,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--write", type=_file, metavar="FILE", help="save the workload with the tuned tilings"
     )
     tune.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    _no_cache(tune, "kernel runs")
 
     sweep = sub.add_parser(
         "sweep",
@@ -295,7 +296,8 @@ def build_parser() -> argparse.ArgumentParser:
     cache = sub.add_parser(
         "cache",
         help="say what the cache of simulated runs holds, or empty it",
-        description="infer's steps and sweep's points are kept once simulated, keyed by "
+        description="infer's steps, sweep's points and tune's kernel runs are kept once "
+        "simulated, keyed by "
         "their whole content and the simulator's code, so a repeated one costs a file "
         f"read. The folder: ${ENV} if set ('{OFF}' turns the cache off), else "
         "$XDG_CACHE_HOME/npu-memsim, else ~/.cache/npu-memsim.",

@@ -109,14 +109,19 @@ def estimate_cycles(kernel: Kernel, workload: Workload, t: Tiling) -> float:
 
 
 def simulate_kernel(args: tuple[Workload, Kernel, Tiling]) -> int:
-    """Cycles of one kernel run alone (cold L2) with the given tiling."""
+    """Cycles of one kernel run alone (cold L2) with the given tiling (kept in the cache of
+    simulated runs, so tuning the same kernel again costs a lookup)."""
     from .engine.world import simulate_program
     from .schedule.lower import lower
+    from .step_cache import remembered
 
     workload, kernel, tiling = args
     trial = replace(workload, tiling={**workload.tiling, kernel.tiling_op: spec_of(tiling)})
-    program = lower(trial, Plan((kernel,), {}))
-    return simulate_program(program, workload.hardware).cycles
+    return remembered(
+        "kernel",
+        (trial, kernel),
+        lambda: simulate_program(lower(trial, Plan((kernel,), {})), workload.hardware).cycles,
+    )
 
 
 def tune_kernel(kernel: Kernel, workload: Workload, top: int = 4, pool=None) -> KernelTuning:

@@ -1,5 +1,5 @@
-"""A persistent cache of simulated runs: a step of `infer` or a point of a sweep that was
-simulated once, with the same content, costs a file read the next time.
+"""A persistent cache of simulated runs: a step of `infer`, a point of a sweep or a kernel
+the tuner tries, simulated once with the same content, costs a file read the next time.
 
 A run is keyed by everything that decides its report: the workload as loaded (its tensors,
 ops, fusion, tilings, params, name and source, and its hardware, every figure of it resolved)
@@ -22,10 +22,10 @@ import json
 import os
 import pickle
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from .version import NAME, __version__
 
@@ -33,6 +33,7 @@ if TYPE_CHECKING:  # the command line reads this module's names without loading 
     from .config.workload import Workload
     from .report import SimulationReport
 
+T = TypeVar("T")
 ENV = "NPU_MEMSIM_CACHE"
 OFF = "off"
 ENTRY_SUFFIX = ".pickle"
@@ -57,36 +58,50 @@ def cache_folder() -> Path | None:
 
 def simulate_cached(workload: Workload, max_cycles: int | None = None) -> SimulationReport:
     """`simulate(workload, max_cycles)`'s report without its trace, from the cache when this
-    content was simulated before; a fresh run is stored for next time. A cache that cannot be
-    read or written is passed by, never an error: the run is simulated."""
+    content was simulated before; a fresh run is stored for next time."""
     from .pipeline import simulate
-    from .report import SimulationReport
 
+    return remembered(
+        "run",
+        (workload, max_cycles),
+        lambda: dataclasses.replace(simulate(workload, max_cycles), trace=None),
+    )
+
+
+def remembered(kind: str, content: Any, compute: Callable[[], T]) -> T:
+    """`compute()`, or what it gave before for the same `kind` of result and `content` (the
+    loaded configs it depends on). A cache that cannot be read or written is passed by, never
+    an error: the result is computed."""
     folder = cache_folder()
     if folder is None:
-        return _without_trace(simulate(workload, max_cycles))
-    key = run_key(workload, max_cycles)
+        return compute()
+    key = content_key(kind, content)
     path = folder / key[:2] / (key + ENTRY_SUFFIX)
     try:
         with path.open("rb") as file:
-            report = pickle.load(file)
-        if isinstance(report, SimulationReport):
-            return report
+            kept = pickle.load(file)
+        if isinstance(kept, _Entry) and kept.kind == kind:
+            return kept.value
     except OSError:  # none yet, or a folder that cannot be read
         pass
-    except Exception:  # a damaged entry (a full disk, a killed writer): simulate anew
+    except Exception:  # a damaged entry (a full disk, a killed writer): compute anew
         path.unlink(missing_ok=True)
-    report = _without_trace(simulate(workload, max_cycles))
-    _store(path, report)
-    return report
+    value = compute()
+    _store(path, _Entry(kind, value))
+    return value
+
+
+def content_key(kind: str, content: Any) -> str:
+    """The digest of a result's kind, everything it depends on and the simulator's code."""
+    text = json.dumps(
+        [kind, _canonical(content), code_digest()], separators=(",", ":"), sort_keys=True
+    )
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def run_key(workload: Workload, max_cycles: int | None) -> str:
-    """The digest of everything that decides a run's report."""
-    content = json.dumps(
-        [_canonical(workload), max_cycles, code_digest()], separators=(",", ":"), sort_keys=True
-    )
-    return hashlib.sha256(content.encode()).hexdigest()
+    """The key of a run's report."""
+    return content_key("run", (workload, max_cycles))
 
 
 @cache
@@ -115,11 +130,12 @@ def clear_cache() -> CacheState:
     return state
 
 
-def _without_trace(report: SimulationReport) -> SimulationReport:
-    return dataclasses.replace(report, trace=None)
+class _Entry(NamedTuple):
+    kind: str
+    value: Any
 
 
-def _store(path: Path, report: SimulationReport) -> None:
+def _store(path: Path, entry: _Entry) -> None:
     """Write an entry whole or not at all (a temporary file renamed into place), so that a
     reader never meets half of one; a folder that cannot be written is left alone."""
     try:
@@ -127,7 +143,7 @@ def _store(path: Path, report: SimulationReport) -> None:
         handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".partial")
         try:
             with os.fdopen(handle, "wb") as file:
-                pickle.dump(report, file, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(entry, file, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(temporary, path)
         except BaseException:
             os.unlink(temporary)

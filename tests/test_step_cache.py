@@ -180,3 +180,15 @@ def test_a_sweep_reads_its_points_back(cache, monkeypatch):
     assert len(entries(cache)) == 2
     monkeypatch.setattr("simulator.pipeline._simulate", lambda *a: pytest.fail("simulated"))
     assert sweep(str(FFN), {"params.tokens": [1, 2]}, workers=1) == first
+
+
+def test_the_tuner_reads_its_kernel_runs_back(cache, monkeypatch):
+    from simulator.search import tune
+
+    workload = load_workload(FFN)
+    first = tune(workload, top=2)
+    assert entries(cache)
+    monkeypatch.setattr(
+        "simulator.engine.world.simulate_program", lambda *a: pytest.fail("simulated")
+    )
+    assert tune(load_workload(FFN), top=2) == first
