@@ -16,7 +16,6 @@ much it holds; `--clear` empties it.
 from __future__ import annotations
 
 import dataclasses
-import enum
 import hashlib
 import json
 import os
@@ -160,8 +159,9 @@ def _size(path: Path) -> int:
 
 
 def _canonical(value: Any) -> Any:
-    """A JSON form of a loaded config that is the same in every process (sets sorted, floats
-    exact, each record named by its type), so equal content always gives equal keys."""
+    """A JSON form of a loaded config that is the same in every process (mappings sorted by
+    key, each record named by its type; JSON writes floats exactly), so equal content always
+    gives equal keys. A type the configs do not hold is refused, not guessed at."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return [
             type(value).__qualname__,
@@ -172,14 +172,6 @@ def _canonical(value: Any) -> Any:
         return ["map", sorted(items, key=lambda item: json.dumps(item[0], sort_keys=True))]
     if isinstance(value, (list, tuple)):
         return [_canonical(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return ["set", sorted((_canonical(v) for v in value), key=json.dumps)]
-    if isinstance(value, enum.Enum):
-        return [type(value).__qualname__, value.name]
-    if isinstance(value, float):
-        return ["float", value.hex()]
-    if isinstance(value, Path):
-        return str(value)
-    if value is None or isinstance(value, (bool, int, str)):
+    if value is None or isinstance(value, (bool, int, float, str)):
         return value
     raise TypeError(f"no canonical form for {type(value).__name__} in a run's key")

@@ -79,7 +79,7 @@ def test_the_key_depends_on_the_simulators_code_and_the_cycle_budget():
 
 
 def test_keys_are_the_same_in_every_process():
-    """Set orders and dict orders follow the hash seed: the key must not."""
+    """String hashes follow the hash seed: the key must not."""
     script = (
         "from simulator import load_hardware, load_model\n"
         "from simulator.config.runtime import load_runtime\n"
