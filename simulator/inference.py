@@ -4,8 +4,8 @@ tokens per second, where the time goes and whether the model fits.
 Every step is a generated workload (config/transformer.py) run through the one pipeline: the
 prefill of `batch` prompts, then one decode step per generated token after the first (the
 prefill's logits give the first; a runtime with `first_token: decode` prefills all but the
-prompt's last token, and a decode step over that token gives it). Two savings keep a
-32-layer model quick; the report states both, and `exact=True` turns them off:
+prompt's last token, and a decode step over that token gives it). Three savings keep a
+32-layer model quick; the report states them, and `exact=True` turns them off:
 
 - Layers: a step simulates the model cut to its first few layers (the final norm and LM
   head still run, on the last one's output). The first layer follows the embedding and the
@@ -18,6 +18,8 @@ prompt's last token, and a decode step over that token gives it). Two savings ke
 - Contexts: decode steps are simulated at `decode_points` contexts spread over the
   generation, first and last included, and steps between two of them interpolated linearly
   in the context (only attention changes with it, and its work grows linearly).
+- Chunks: a matmul block of many K chunks simulates its first ones, a measured window and
+  its last ones; the chunks between repeat the window (schedule/sampling.py).
 """
 
 from __future__ import annotations
@@ -156,10 +158,12 @@ def infer(
     steps = _Steps(fusion, weights, kv_cache)
 
     capped: dict[str, float] = {}  # phase -> the clock its power cap held a run to
+    sampled_error: list[float | None] = []  # per run: see _sampled_error
 
     def run(step: Step, layers: int) -> SimulationReport:
         try:
-            report = simulate_cached(steps.workload(part, hardware, step, layers))
+            report = simulate_cached(steps.workload(part, hardware, step, layers), sample=not exact)
+            sampled_error.append(_sampled_error(report))
             if _clock_scale(report, hardware.clock_hz) != 1.0:
                 capped[step.phase] = report.clock_ghz * 1e9
             return report
@@ -235,6 +239,13 @@ def infer(
             )
         )
     )
+    errors = [e for e in sampled_error if e is not None]
+    if errors:
+        method += (
+            "; matmul blocks of many K chunks simulated in part, the chunks that repeat a "
+            f"measured window extrapolated from it (error estimate up to {100 * max(errors):.2g}% "
+            "of a run's time; --exact simulates them all)"
+        )
     notes = [
         f"{phase} ran at {hz / 1e9:.3f} GHz, held there by {hardware.name}'s "
         f"{hardware.energy.cap_watts:,.0f} W power cap (its time is counted in cycles of the "
@@ -337,6 +348,15 @@ def _whole_model_step(
         count,
         None if report.energy is None else energy,
     )
+
+
+def _sampled_error(report: SimulationReport) -> float | None:
+    """The share of a run's time its sampled kernels' error estimates add up to (None: no
+    kernel was sampled)."""
+    sampled = [k.sampled for k in report.kernels if k.sampled is not None]
+    if not sampled:
+        return None
+    return sum(s.error_cycles for s in sampled) / max(report.cycles, 1)
 
 
 def _then(steps: list[StepTime]) -> StepTime:

@@ -19,12 +19,18 @@ from .schedule.program import Program
 from .version import __version__
 
 
-def lower_workload(workload: Workload) -> Program:
-    return lower(workload, plan_kernels(workload))
+def lower_workload(workload: Workload, sample: bool = False) -> Program:
+    return lower(workload, plan_kernels(workload), sample)
 
 
-def simulate(workload: Workload, max_cycles: int | None = None) -> SimulationReport:
+def simulate(
+    workload: Workload, max_cycles: int | None = None, sample: bool = False
+) -> SimulationReport:
     """Simulate a loaded workload on its hardware and analyse the trace.
+
+    With `sample`, a matmul block's K chunks that repeat a measured window are not
+    simulated but extrapolated from it (schedule/sampling.py); the report says what was
+    sampled and how far off its time may be.
 
     The run stops with a clear error past `max_cycles` (default: 1000 times the roofline
     bound plus 10 million cycles), so a schedule that never finishes cannot hang. A run
@@ -33,9 +39,11 @@ def simulate(workload: Workload, max_cycles: int | None = None) -> SimulationRep
 
     check_workload("simulate", workload)
     check_count("max_cycles", max_cycles, optional=True)
-    report = _simulate(workload, max_cycles)
+    report = _simulate(workload, max_cycles, sample)
     capped = power_capped(workload.hardware, report)
-    return report if capped is None else _simulate(replace(workload, hardware=capped), max_cycles)
+    if capped is None:
+        return report
+    return _simulate(replace(workload, hardware=capped), max_cycles, sample)
 
 
 def power_capped(hardware: Hardware, report: SimulationReport) -> Hardware | None:
@@ -50,10 +58,10 @@ def power_capped(hardware: Hardware, report: SimulationReport) -> Hardware | Non
     return hardware.at_clock(energy.cap_clock_hz)
 
 
-def _simulate(workload: Workload, max_cycles: int | None) -> SimulationReport:
+def _simulate(workload: Workload, max_cycles: int | None, sample: bool) -> SimulationReport:
     from .analysis.roofline import roofline
 
-    program = lower_workload(workload)
+    program = lower_workload(workload, sample)
     if max_cycles is None:
         bound = roofline(program, workload.hardware).bound_cycles
         max_cycles = int(

@@ -20,9 +20,9 @@ from .cost import compute_cycles, memory_cycles, vector_work
 from .errors import SimulatorError, check_count
 from .ops import OPS, operands_of
 from .schedule.epilogue import epilogue_refusal, in_registers
+from .schedule.footprint import instruction_count
 from .schedule.fusion import plan_kernels
 from .schedule.kernel import Kernel, Plan
-from .schedule.lower import instruction_count
 from .schedule.program import MAX_INSTRUCTIONS
 from .schedule.tiling import (
     Tiling,

@@ -55,15 +55,17 @@ def cache_folder() -> Path | None:
     return Path(base) / NAME / "runs"
 
 
-def simulate_cached(workload: Workload, max_cycles: int | None = None) -> SimulationReport:
-    """`simulate(workload, max_cycles)`'s report without its trace, from the cache when this
-    content was simulated before; a fresh run is stored for next time."""
+def simulate_cached(
+    workload: Workload, max_cycles: int | None = None, sample: bool = False
+) -> SimulationReport:
+    """`simulate(workload, max_cycles, sample)`'s report without its trace, from the cache
+    when this content was simulated before; a fresh run is stored for next time."""
     from .pipeline import simulate
 
     return remembered(
         "run",
-        (workload, max_cycles),
-        lambda: dataclasses.replace(simulate(workload, max_cycles), trace=None),
+        (workload, max_cycles, sample),  # as run_key
+        lambda: dataclasses.replace(simulate(workload, max_cycles, sample), trace=None),
     )
 
 
@@ -98,9 +100,9 @@ def content_key(kind: str, content: Any) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def run_key(workload: Workload, max_cycles: int | None) -> str:
+def run_key(workload: Workload, max_cycles: int | None, sample: bool = False) -> str:
     """The key of a run's report."""
-    return content_key("run", (workload, max_cycles))
+    return content_key("run", (workload, max_cycles, sample))
 
 
 @cache

@@ -149,6 +149,18 @@ class EnergyRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SampledRecord:
+    """What sampling left out of a kernel (schedule/sampling.py): its blocks simulated
+    `simulated_chunks` of their `chunks` K chunks, and the rest added `extrapolated_cycles`,
+    good to about `error_cycles`."""
+
+    chunks: int
+    simulated_chunks: int
+    extrapolated_cycles: int
+    error_cycles: int
+
+
+@dataclass(frozen=True, slots=True)
 class KernelRecord:
     """One kernel of the run: what it ran, how long it took and why, what it moved."""
 
@@ -168,6 +180,15 @@ class KernelRecord:
     instructions: int
     buffer_plan_bytes: Mapping[str, int]
     energy: EnergyRecord | None  # None: the hardware gives no energy figures
+    sampled: SampledRecord | None = None  # None: every instruction simulated
+
+    def to_dict(self) -> dict[str, Any]:
+        """Its fields as JSON, `sampled` only where the kernel was."""
+        return {
+            f.name: plain(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name != "sampled" or self.sampled is not None
+        }
 
 
 @dataclass(frozen=True, slots=True)

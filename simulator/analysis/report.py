@@ -11,6 +11,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cached_property
+from itertools import repeat
 from typing import Any, Callable
 
 import numpy as np
@@ -46,6 +47,7 @@ from .records import (
     PipeStalls,
     Provenance,
     RooflineSummary,
+    SampledRecord,
     TensorTraffic,
     plain,
 )
@@ -167,8 +169,10 @@ def analyse(
 
     kernel_engine_cycles = [dict.fromkeys(ENGINES, 0.0) for _ in program.kernels]
     kernel_traffic = [
-        _tally(logs, busy, stalls, per_tensor, engine_cycles_of, engine_cycles)
-        for logs, engine_cycles in zip(logs_of, kernel_engine_cycles)
+        _tally(logs, kernel, span.warmed, busy, stalls, per_tensor, engine_cycles_of, engine_cycles)
+        for logs, kernel, span, engine_cycles in zip(
+            logs_of, program.kernels, trace.kernels, kernel_engine_cycles
+        )
     ]
     engine_cycles = {engine: sum(e[engine] for e in kernel_engine_cycles) for engine in ENGINES}
     traffic = {
@@ -241,6 +245,14 @@ def analyse(
                 kernel.buffer_plan_bytes,
                 _energy(
                     hw, kernel_traffic[span.index], [kernel], span.end_cycle - span.start_cycle
+                ),
+                None
+                if kernel.sampling is None
+                else SampledRecord(
+                    kernel.sampling.chunks,
+                    kernel.sampling.kept,
+                    span.extrapolated_cycles,
+                    span.error_cycles,
                 ),
             )
         )
@@ -386,6 +398,8 @@ def _classify(ceilings: dict[str, float], cycles: int) -> tuple[str, str]:
 
 def _tally(
     logs: list[PipeLog],
+    kernel: KernelProgram,
+    warmed: Mapping[str, list[int]],
     busy: dict,
     stalls: dict,
     per_tensor: dict,
@@ -399,19 +413,36 @@ def _tally(
     The bytes an instruction names are counted once per distinct instruction, times the times
     it ran (the lowering reuses one instruction on every core and block). A global read is
     split by its log into the bytes L2 served and the bytes fetched from HBM (which also fill
-    L2); a write goes through to HBM and allocates in L2."""
+    L2); a write goes through to HBM and allocates in L2. In a sampled kernel, an instruction
+    of a measured window counts once more for every window it stands for (sampling.py),
+    except that what its reads found in L2 is in the share the skipped chunks' regions
+    found there (`warmed`, per tensor: bytes found and fetched)."""
     traffic = {level: {"read_bytes": 0, "write_bytes": 0} for level in LEVELS}
     hbm, l2 = traffic["HBM"], traffic["L2"]
     l2["multicast_bytes"] = 0  # bytes cores received from L2 reads that served a peer too
     ran: Counter[Any] = Counter()
+    sampling = kernel.sampling
     for log in logs:
-        _add_busy_and_stalls(log, busy, stalls)
-        ran.update(log.instrs)
-        for instr, hit_bytes, fetched_bytes in zip(
-            log.instrs, log.column("l2_hit_bytes"), log.column("hbm_bytes")
+        weights = None
+        if sampling is not None:
+            weights = sampling.weights(log.core, log.pipe, len(log.instrs))
+        _add_busy_and_stalls(log, busy, stalls, weights)
+        if weights is None:
+            ran.update(log.instrs)
+        else:
+            for instr, times in zip(log.instrs, weights):
+                ran[instr] += times
+        for instr, hit_bytes, fetched_bytes, times in zip(
+            log.instrs,
+            log.column("l2_hit_bytes"),
+            log.column("hbm_bytes"),
+            weights or repeat(1),
         ):
             if type(instr) is not GlobalTransfer:
                 continue
+            if times > 1 and instr.src == "HBM":
+                found = warmed.get(instr.region.tensor)
+                hit_bytes, fetched_bytes = _skipped_too(hit_bytes, fetched_bytes, times, found)
             entry = per_tensor.get(instr.region.tensor)
             if instr.src == "HBM":
                 port_bytes = l2_port_bytes(hit_bytes, instr.multicast)
@@ -423,7 +454,7 @@ def _tally(
                     entry["hbm_read_bytes"] += fetched_bytes
                     entry["l2_read_bytes"] += port_bytes
             elif entry is not None:
-                entry["hbm_write_bytes"] += instr.nbytes
+                entry["hbm_write_bytes"] += times * instr.nbytes
     for instr, times in ran.items():
         if isinstance(instr, Transfer):
             engine_cycles[instr.pipe] += times * engine_cycles_of(instr)
@@ -437,12 +468,27 @@ def _tally(
     return traffic
 
 
-def _add_busy_and_stalls(log: PipeLog, busy: dict, stalls: dict) -> None:
+def _skipped_too(
+    hit_bytes: int, fetched_bytes: int, times: int, found: list[int] | None
+) -> tuple[int, int]:
+    """A measured read's bytes found in L2 and fetched, with those of the `times - 1`
+    skipped reads it stands for, split as the skipped chunks' reads split (`found`: bytes
+    found and fetched; without it, as this read split)."""
+    skipped = (times - 1) * (hit_bytes + fetched_bytes)
+    if not found or not sum(found):
+        return times * hit_bytes, times * fetched_bytes
+    fetched = skipped * found[1] // sum(found)
+    return hit_bytes + skipped - fetched, fetched_bytes + fetched
+
+
+def _add_busy_and_stalls(
+    log: PipeLog, busy: dict, stalls: dict, weights: list[int] | None = None
+) -> None:
     """A pipe's busy cycles and stalls, each counted once in time. A pipe starts and ends its
     instructions in order, but an engine's transfers in flight overlap: busy is the union of
     their spans, and a wait for data or a slot counts only while nothing of the pipe's own was
     in flight (split between its causes in proportion). Landing delays never overlap (see
-    engine.world.landing_delay)."""
+    engine.world.landing_delay). `weights`: how many times each instruction counts."""
     column = {
         field: np.array(log.column(field), dtype=np.int64)
         for field in (
@@ -456,15 +502,16 @@ def _add_busy_and_stalls(log: PipeLog, busy: dict, stalls: dict) -> None:
     starts, ends = column["start_cycle"], column["end_cycle"]
     if not len(ends):
         return
+    times = np.ones(len(ends), np.int64) if weights is None else np.array(weights, np.int64)
     previous_end = np.r_[0, ends[:-1]]
-    busy[log.pipe] += int(np.maximum(0, ends - np.maximum(starts, previous_end)).sum())
+    busy[log.pipe] += int((times * np.maximum(0, ends - np.maximum(starts, previous_end))).sum())
     wait_data, wait_slot = column["wait_data_cycles"], column["wait_slot_cycles"]
     waited = wait_data + wait_slot
     idle_waiting = np.minimum(waited, np.maximum(0, starts - previous_end))
-    counted = np.divide(idle_waiting, waited, out=np.zeros(len(waited)), where=waited > 0)
+    counted = times * np.divide(idle_waiting, waited, out=np.zeros(len(waited)), where=waited > 0)
     stalls[log.pipe]["data"] += int(round(float((wait_data * counted).sum())))
     stalls[log.pipe]["buffer_slot"] += int(round(float((wait_slot * counted).sum())))
-    stalls[log.pipe]["shared_bandwidth"] += int(column["wait_bandwidth_cycles"].sum())
+    stalls[log.pipe]["shared_bandwidth"] += int((times * column["wait_bandwidth_cycles"]).sum())
 
 
 def _peak_tflops(program: Program, hw: Hardware) -> float:

@@ -47,6 +47,15 @@ def granule_rows(capacity_bytes: int) -> int:
     return rows
 
 
+class _Landed:
+    """A fetch that has landed (the fill of a warming read)."""
+
+    triggered = True
+
+
+_LANDED = _Landed()
+
+
 class _Line:
     __slots__ = ("cells", "nbytes", "fill")
 
@@ -71,6 +80,8 @@ class L2Cache:
         self.used_bytes = 0
         self.hits = 0
         self.misses = 0
+        # per tensor, the bytes warming reads found in L2 and fetched (see warm)
+        self.warmed: dict[str, list[int]] = {}
 
     def _cut(self, region: Region):
         """The region cut along granule boundaries (see `_cut_region`)."""
@@ -119,6 +130,18 @@ class L2Cache:
         self.hits += hits
         self.misses += misses
         return hit_bytes, fetch_bytes, in_flight
+
+    def warm(self, regions: tuple[Region, ...]) -> None:
+        """Read `regions` in turn as reads that took no time, so that L2 holds what they
+        would have left (the chunks a sampled kernel did not simulate); what they found and
+        fetched is kept per tensor in `warmed`, not in the lookups' counts."""
+        hits, misses = self.hits, self.misses
+        for region in regions:
+            hit_bytes, fetch_bytes, _ = self.read(region, _LANDED)
+            found = self.warmed.setdefault(region.tensor, [0, 0])
+            found[0] += hit_bytes
+            found[1] += fetch_bytes
+        self.hits, self.misses = hits, misses
 
     def write(self, region: Region) -> None:
         """Write-through with allocate: the written cells become present and recently used."""

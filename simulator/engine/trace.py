@@ -8,7 +8,7 @@ tuples cost more than the timing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterator, NamedTuple, Sequence
 
@@ -107,6 +107,10 @@ class KernelSpan:
     start_cycle: int  # the kernel before it ended (0 for the first): its launch wait
     end_cycle: int  # last instruction of the last core done
     run_cycle: int = 0  # its cores began
+    extrapolated_cycles: int = 0  # of a sampled kernel: its end is this much after its run's
+    error_cycles: int = 0  # and that estimate is good to about this much (schedule/sampling)
+    # per tensor, what the reads of its skipped chunks found in L2 and fetched from HBM
+    warmed: dict[str, list[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

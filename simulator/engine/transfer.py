@@ -37,6 +37,8 @@ class World(Protocol):
 
     def shaped(self, instr: GlobalTransfer, bytes_per_cycle: float) -> float: ...
 
+    def warm(self, group: int) -> None: ...
+
 
 class AfterTheCycle(simpy.events.Event):
     """An event processed after every ordinary event of its cycle: SimPy runs the events of
@@ -147,6 +149,8 @@ class TransferInFlight:
         rate = world.shaped(instr, rate)
         self.fill = self.in_flight = None
         if src == "HBM":
+            if instr.warms >= 0:  # a sampled kernel skipped chunks just before
+                world.warm(instr.warms)
             self.fill = _Fetch()
             self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region, self.fill)
             factor = world.program.read_factor(instr.region.tensor)

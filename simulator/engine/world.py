@@ -38,11 +38,14 @@ from ..schedule.program import (
     CoreProgram,
     GlobalTransfer,
     Instruction,
+    KernelProgram,
     Program,
     Region,
     Transfer,
     transfer_rate,
 )
+from ..schedule.sampling import TIMED_PIPE as TIMED
+from ..schedule.sampling import Extension, extension_cycles
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
@@ -158,6 +161,8 @@ class World:
         self.pipe_logs: list[PipeLog] = []
         self.spans: list[KernelSpan] = []
         self.kernel_started = 0  # the cycle the running kernel's cores began
+        self.kernel: KernelProgram | None = None  # the running kernel
+        self.warm_arrivals: dict[int, int] = {}  # per skip of it, the cores there (see warm)
         self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
         self.max_cores = max((len(k.cores) for k in program.kernels), default=1)
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
@@ -260,7 +265,9 @@ class World:
             start = int(self.env.now)
             yield self.env.timeout(kernel_start_cycle(index, start, self.hw) - start)
             self.kernel_started = int(self.env.now)
-            cores_done = []
+            cores_done, first_log = [], len(self.pipe_logs)
+            self.l2.warmed, self.warm_arrivals = {}, {}
+            self.kernel = kernel
             for core_index, core in enumerate(kernel.cores):
                 state = _CoreState(
                     index,
@@ -279,9 +286,31 @@ class World:
                 self._move(state)
             yield self.env.all_of(cores_done)
             end = max((done.value for done in cores_done), default=self.env.now)
+            extension = Extension(0, 0)
+            if kernel.sampling is not None:
+                timed = {
+                    log.core: log.column("end_cycle")
+                    for log in self.pipe_logs[first_log:]
+                    if log.pipe == TIMED
+                }
+                ends = [done.value for done in cores_done]
+                fetched = sum(found for _, found in self.l2.warmed.values())
+                floor = math.ceil(fetched / self.channels["HBM"].bytes_per_cycle)
+                extension = extension_cycles(kernel.sampling, ends, timed, floor)
+            end += extension.cycles
             if end > self.env.now:
                 yield self.env.timeout(end - self.env.now)
-            self.spans.append(KernelSpan(index, start, int(self.env.now), self.kernel_started))
+            self.spans.append(
+                KernelSpan(
+                    index,
+                    start,
+                    int(self.env.now),
+                    self.kernel_started,
+                    extension.cycles,
+                    extension.error_cycles,
+                    self.l2.warmed,
+                )
+            )
 
     def _move(self, state: _CoreState) -> None:
         """Move every pipe of a core that can. A pipe runs until it needs a flag nobody has set
@@ -365,6 +394,14 @@ class World:
     def _begin_batch(self, cycle: int, _event) -> None:
         for transfer in sorted(self.beginning.pop(cycle), key=attrgetter("order")):
             transfer.begin()
+
+    def warm(self, group: int) -> None:
+        """The last core to reach the `group`-th skip of a sampled kernel warms L2 with what
+        the skipped chunks read on every core (schedule/sampling.py)."""
+        sampling = None if self.kernel is None else self.kernel.sampling
+        arrived = self.warm_arrivals[group] = self.warm_arrivals.get(group, 0) + 1
+        if sampling is not None and arrived == sampling.warm_cores[group]:
+            self.l2.warm(sampling.warm_groups[group])
 
     def shaped(self, instr: GlobalTransfer, bytes_per_cycle: float) -> float:
         """A global transfer's rate on a path of `bytes_per_cycle`, given its shape."""

@@ -7,10 +7,12 @@ import math
 from collections.abc import Iterable, Mapping
 
 from ..config.workload import Op, Tensor, Workload
-from ..errors import SimulatorError
+from ..errors import SimulatorError, TooLargeError
 from ..ops import DTYPE_BYTES, OPS
 from ..units import format_bytes_decimal as fmt_bytes
 from .kernel import Plan
+from .program import MAX_INSTRUCTIONS
+from .tiling import MatmulShape, Tiling, TilingError, gemm_shape, resolve_tiling
 
 # Roles of tensors that occupy HBM while the workload runs (a view shares its source's bytes,
 # an on-chip value never reaches HBM).
@@ -75,3 +77,46 @@ def refuse_if_over_capacity(workload: Workload, roles: Mapping[str, tuple[str, i
             f"({parts}) but {workload.hardware.name} has {fmt_bytes(capacity)}; use a smaller "
             "problem or a chip with more HBM"
         )
+
+
+def instruction_count(shape: MatmulShape, t: Tiling, epilogue_ops: int) -> int:
+    """About how many instructions a matmul kernel lowers to with this tiling."""
+    g = shape.gemms
+    blocks = shape.batch * -(-shape.m // t.base_m) * -(-shape.n // t.base_n)
+    k_blocks = -(-shape.k // t.base_k)
+    chunks = -(-shape.k // (t.base_k * t.step_k))
+    return blocks * (k_blocks * (1 + 2 * g) + chunks * (1 + g) + g + 2 * epilogue_ops)
+
+
+def refuse_if_too_large(workload: Workload, plan: Plan) -> None:
+    """Refused before any kernel is built: matmul kernels of more instructions in all than a
+    run can hold (counted from their tilings; a kernel whose tiling is wrong counts none, as
+    lowering reports it), naming the kernel if one alone is too large."""
+    counts = []
+    for kernel in plan.kernels:
+        if kernel.gemms and not kernel.attention:
+            try:
+                shape = gemm_shape(list(kernel.gemms), workload.tensors)
+                tiling = workload.tiling_for(kernel.tiling_op)
+                t = resolve_tiling(shape, tiling, workload.hardware, kernel.name)
+            except TilingError:
+                continue
+            counts.append((instruction_count(shape, t, len(kernel.epilogue)), kernel, t))
+    total = sum(count for count, _, _ in counts)
+    if total <= MAX_INSTRUCTIONS:
+        return
+    count, kernel, t = max(counts, key=lambda c: c[0])
+    if count > MAX_INSTRUCTIONS:
+        raise TooLargeError(
+            f"{workload.source}: {kernel.gemms[0].path}: kernel '{kernel.name}' would need "
+            f"about {count:,} instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold "
+            f"in memory; use larger base blocks (now {t.base_m}x{t.base_n}x{t.base_k}) or a "
+            "smaller problem",
+            count,
+        )
+    raise TooLargeError(
+        f"{workload.source}: its matmul kernels would need about {total:,} instructions in "
+        f"all, more than the {MAX_INSTRUCTIONS:,} a run can hold in memory; use larger base "
+        "blocks or a smaller problem",
+        total,
+    )

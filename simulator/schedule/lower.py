@@ -25,7 +25,13 @@ from ..ops import DTYPE_BYTES
 from .attention import lower_attention
 from .attention_plan import attention_workspace
 from .epilogue import VectorChain, as_2d, chain_slots, in_registers, seeds_of
-from .footprint import INPUT_ROLES, read_once_bytes, refuse_if_over_capacity, tensor_roles
+from .footprint import (
+    INPUT_ROLES,
+    read_once_bytes,
+    refuse_if_over_capacity,
+    refuse_if_too_large,
+    tensor_roles,
+)
 from .kernel import Kernel, Plan
 from .program import (
     MAX_INSTRUCTIONS,
@@ -41,6 +47,16 @@ from .program import (
     operand_region,
     transfer,
 )
+from .sampling import (
+    CLOSES,
+    OPENS,
+    WINDOW_PIPES,
+    ChunkPlan,
+    KernelSampling,
+    Window,
+    chunk_plan,
+    warm_groups,
+)
 from .tiling import (
     ACCUMULATOR_BYTES,
     MatmulShape,
@@ -55,8 +71,9 @@ from .tiling import (
 from .vector_kernel import kernel_flops, lower_vector, readers_of
 
 
-def lower(workload: Workload, plan: Plan) -> Program:
-    """Lower every kernel; every tiling problem of every kernel is reported together."""
+def lower(workload: Workload, plan: Plan, sample: bool = False) -> Program:
+    """Lower every kernel; every tiling problem of every kernel is reported together. With
+    `sample`, a matmul's blocks lower only the K chunks sampling.chunk_plan keeps."""
     if not plan.kernels:
         raise SimulatorError(
             f"{workload.source}: nothing to simulate: no op computes anything "
@@ -70,7 +87,7 @@ def lower(workload: Workload, plan: Plan) -> Program:
     ]
     roles.update((w.name, ("intermediate", w.nbytes)) for w in workspaces)
     refuse_if_over_capacity(workload, roles)
-    _refuse_if_too_large(workload, plan)
+    refuse_if_too_large(workload, plan)
     lowered: list[KernelProgram] = []
     problems: list[str] = []
     chunks: dict = {}  # K chunks built so far, shared by matmuls of one shape and tiling
@@ -80,7 +97,7 @@ def lower(workload: Workload, plan: Plan) -> Program:
             if kernel.attention:
                 programs = lower_attention(kernel, workload, workload.hardware)
             elif kernel.gemms:
-                programs = (lower_matmul(kernel, workload, workload.hardware, chunks),)
+                programs = (lower_matmul(kernel, workload, workload.hardware, chunks, sample),)
             else:
                 programs = (lower_vector(kernel, workload, workload.hardware),)
         except TooLargeError as exc:  # nothing else is worth lowering
@@ -128,13 +145,16 @@ class _Step(NamedTuple):
     regions: list[Region]  # the L1 chunk each side (A, then each B) needs
     fresh: list[bool]  # per side: staged now, or equal to the chunk staged before and reused
     cell_cols: tuple[int, int]  # the columns of the core's cell the block belongs to
+    window: str = ""  # a sampled block's measured window: "opens" or "closes" at this chunk
+    warms: tuple[Region, ...] = ()  # the regions of the chunks skipped just before this one
 
 
 def lower_matmul(
-    kernel: Kernel, workload: Workload, hw: Hardware, chunks_by_shape: dict
+    kernel: Kernel, workload: Workload, hw: Hardware, chunks_by_shape: dict, sample: bool = False
 ) -> KernelProgram:
     """`chunks_by_shape` keeps the K chunks built (see `_MatmulCore._chunk`) per shape and
-    tiling: they name no tensor, so every kernel of that shape and tiling can reuse them."""
+    tiling: they name no tensor, so every kernel of that shape and tiling can reuse them.
+    With `sample`, each block lowers the K chunks sampling.chunk_plan keeps."""
     tensors = workload.tensors
     shape = gemm_shape(list(kernel.gemms), tensors)
     t = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
@@ -150,19 +170,29 @@ def lower_matmul(
                     cells.append((range(b0, b1), (m0, m1), (n0, n1)))
     chunks = chunks_by_shape.setdefault((shape, t), {})
     multicast = multicast_sides(t, hw.multicast_cores, len(kernel.gemms))
+    plan = chunk_plan(-(-shape.k // (t.base_k * t.step_k))) if sample else None
     # cell i runs on core i mod cores: one cell each, or with `split: blocks` in waves
     builders = [
-        _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast)
+        _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast, plan)
         for _ in range(min(hw.cores, len(cells)))
     ]
     cores = tuple(b.emit(cells[core :: hw.cores]).build() for core, b in enumerate(builders))
+    sampling = None
+    if plan is not None:
+        windows = tuple(
+            Window(core, spans, plan.skipped)
+            for core, b in enumerate(builders)
+            for spans in b.windows
+        )
+        groups, cores_at = warm_groups([b.skips for b in builders], 1 + len(kernel.gemms))
+        sampling = KernelSampling(plan.chunks, len(plan.kept), windows, groups, cores_at)
     converted_bytes = sum(b.converted_bytes for b in builders)  # B blocks converted in L0B
     ins = {name for op in kernel.ops for name in op.inputs} - {op.output for op in kernel.ops}
-    plan = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
+    buffers = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
     if kernel.epilogue:
         cols = shape.n if kernel.rowwise else t.base_n
         ops = list(kernel.ops)
-        plan["UB"] = (
+        buffers["UB"] = (
             sum(
                 chain_slots(
                     ops,
@@ -187,54 +217,12 @@ def lower_matmul(
         t.to_dict(),
         sum(read_once_bytes(n, readers_of(kernel.ops, n), tensors) for n in ins),
         tensors[kernel.output].nbytes,
-        plan,
+        buffers,
         vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector)
         + converted_bytes * hw.vector.cost_factor[CONVERT],
         cube_flops=kernel_flops(kernel.gemms, tensors),
         gemms=len(kernel.gemms),
-    )
-
-
-def instruction_count(shape: MatmulShape, t: Tiling, epilogue_ops: int) -> int:
-    """About how many instructions a matmul kernel lowers to with this tiling."""
-    g = shape.gemms
-    blocks = shape.batch * -(-shape.m // t.base_m) * -(-shape.n // t.base_n)
-    k_blocks = -(-shape.k // t.base_k)
-    chunks = -(-shape.k // (t.base_k * t.step_k))
-    return blocks * (k_blocks * (1 + 2 * g) + chunks * (1 + g) + g + 2 * epilogue_ops)
-
-
-def _refuse_if_too_large(workload: Workload, plan: Plan) -> None:
-    """Refused before any kernel is built: matmul kernels of more instructions in all than a
-    run can hold (counted from their tilings; a kernel whose tiling is wrong counts none, as
-    lowering reports it), naming the kernel if one alone is too large."""
-    counts = []
-    for kernel in plan.kernels:
-        if kernel.gemms and not kernel.attention:
-            try:
-                shape = gemm_shape(list(kernel.gemms), workload.tensors)
-                tiling = workload.tiling_for(kernel.tiling_op)
-                t = resolve_tiling(shape, tiling, workload.hardware, kernel.name)
-            except TilingError:
-                continue
-            counts.append((instruction_count(shape, t, len(kernel.epilogue)), kernel, t))
-    total = sum(count for count, _, _ in counts)
-    if total <= MAX_INSTRUCTIONS:
-        return
-    count, kernel, t = max(counts, key=lambda c: c[0])
-    if count > MAX_INSTRUCTIONS:
-        raise TooLargeError(
-            f"{workload.source}: {kernel.gemms[0].path}: kernel '{kernel.name}' would need "
-            f"about {count:,} instructions, more than the {MAX_INSTRUCTIONS:,} a run can hold "
-            f"in memory; use larger base blocks (now {t.base_m}x{t.base_n}x{t.base_k}) or a "
-            "smaller problem",
-            count,
-        )
-    raise TooLargeError(
-        f"{workload.source}: its matmul kernels would need about {total:,} instructions in "
-        f"all, more than the {MAX_INSTRUCTIONS:,} a run can hold in memory; use larger base "
-        "blocks or a smaller problem",
-        total,
+        sampling=sampling,
     )
 
 
@@ -250,8 +238,13 @@ class _MatmulCore:
         t: Tiling,
         chunks: dict,
         multicast: dict[int, int],
+        plan: ChunkPlan | None = None,
     ):
         self.kernel, self.workload, self.hw, self.shape, self.t = kernel, workload, hw, shape, t
+        self.plan = plan  # the K chunks each block lowers, when sampled
+        self.windows: list[dict[str, tuple[int, int]]] = []  # per pipe, of each window
+        self.skips: list[tuple[Region, ...]] = []  # what each skip's chunks read, in order
+        self.times = 1  # how many chunks the chunk being lowered counts for (sampling.py)
         self.multicast = multicast  # side -> cores sharing each of its L1 loads (see above)
         self.chunks = chunks  # the K chunks built so far (see _chunk)
         self.fractal = hw.cube.fractal[shape.dtype]
@@ -330,19 +323,32 @@ class _MatmulCore:
         m1, n0, n1 = cell
         staged: dict[int, Region | None] = dict(enumerate(staged_before or ()))
         steps: list[_Step] = []
+        every = range(-(-shape.k // chunk_k))
+        kept = every if self.plan is None else self.plan.kept
         for b, bm, bn in blocks:
             rows, cols = (bm, min(m1, bm + t.base_m)), (bn, min(n1, bn + t.base_n))
-            for kc in range(0, shape.k, chunk_k):
-                depth = (kc, min(shape.k, kc + chunk_k))
-                keys = [operand_region(self.a, self.a_shape, self.transpose_a, b, rows, depth)]
-                keys += [
-                    operand_region(name, bshape, tb, b, depth, cols)
-                    for name, bshape, tb, _ in self.bs
-                ]
+            for index, chunk in enumerate(kept):
+                depth = (chunk * chunk_k, min(shape.k, (chunk + 1) * chunk_k))
+                keys = self._regions(b, rows, cols, depth)
                 fresh = [staged.get(side) != key for side, key in enumerate(keys)]
                 staged.update(enumerate(keys))
-                steps.append(_Step(b, rows, cols, depth, keys, fresh, (n0, n1)))
+                window = "" if self.plan is None else self.plan.mark(index)
+                warms = tuple(
+                    region
+                    for gap in (() if self.plan is None else self.plan.skipped_before(index))
+                    for region in self._regions(b, rows, cols, (gap * chunk_k, (gap + 1) * chunk_k))
+                )
+                steps.append(_Step(b, rows, cols, depth, keys, fresh, (n0, n1), window, warms))
         return steps
+
+    def _regions(
+        self, b: int, rows: tuple[int, int], cols: tuple[int, int], depth: tuple[int, int]
+    ) -> list[Region]:
+        """The L1 chunk each side (A, then each B) needs for one K chunk of one block."""
+        keys = [operand_region(self.a, self.a_shape, self.transpose_a, b, rows, depth)]
+        return keys + [
+            operand_region(name, bshape, tb, b, depth, cols) for name, bshape, tb, _ in self.bs
+        ]
 
     def _emit_steps(self, steps: list[_Step]) -> None:
         core = self.core
@@ -356,8 +362,15 @@ class _MatmulCore:
                 last_use[(side, current)] = index
         slot_of = {}
         acc_slots: list[int] = []
-        for index, (b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1)) in enumerate(steps):
+        window_starts: dict[str, int] = {}
+        for index, step in enumerate(steps):
+            b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1), window, warms = step
             rows, cols = bm1 - bm, bn1 - bn
+            if warms:
+                self.skips.append(warms)
+            if window == OPENS:
+                window_starts = {pipe: len(core.queues[pipe]) for pipe in WINDOW_PIPES}
+                self.times = 1 + self.plan.skipped if self.plan else 1
             for side, region in enumerate(keys):
                 if fresh[side]:
                     elem = self.shape.a_bytes if side == 0 else self.shape.b_bytes
@@ -369,7 +382,9 @@ class _MatmulCore:
                         (region.row1 - region.row0) * (region.col1 - region.col0) * elem,
                         region,
                         multicast=self.multicast.get(side, 1),
+                        warms=len(self.skips) - 1 if warms else -1,
                     )
+                    warms = ()  # the first load of the chunk warms L2 for all of them
                     slot_of[side] = (l1[side].fill(load), index)
                     core.emit(load)
             # per L1 side: its slot, and whether this chunk is the slot's first or last use
@@ -378,6 +393,15 @@ class _MatmulCore:
                 for side, (slot, loaded_at) in sorted(slot_of.items())
             )
             acc_slots = self._chunk(rows, cols, kc, kc1, sides, acc_slots)
+            if window == CLOSES:
+                self.windows.append(
+                    {
+                        pipe: (start, len(core.queues[pipe]))
+                        for pipe, start in window_starts.items()
+                        if len(core.queues[pipe]) > start
+                    }
+                )
+                self.times = 1
             if kc1 == self.shape.k:
                 self._drain(b, bm, rows, bn, cols, acc_slots, n0, n1)
 
@@ -410,7 +434,7 @@ class _MatmulCore:
         moves, converts, mmads, acc_slots, ring_next = built
         self.core.queues["MTE1"].extend(moves)
         self.core.queues["VECTOR"].extend(converts)
-        self.converted_bytes += sum(convert.nbytes for convert in converts)
+        self.converted_bytes += self.times * sum(convert.nbytes for convert in converts)
         self.core.queues["CUBE"].extend(mmads)
         for ring, position in zip(rings, ring_next):
             ring.next = position

@@ -16,6 +16,8 @@ from typing import Any, ClassVar
 from ..config.hardware import CONVERT, Hardware
 from ..cost import block_packets, run_packets, shaped_rate, strided_read_factor, vector_op_cycles
 from ..errors import InvariantError
+from .region import Region
+from .sampling import KernelSampling
 
 PIPES = ("MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3")
 UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}  # a pipe named by its unit in reports
@@ -28,20 +30,6 @@ UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
 # run would exhaust a laptop's memory long before it finished, so it is refused up front.
 # Four layers of a 2048-token LLaMA-2-7B prefill on a100, infer's first run, need 6.6 M.
 MAX_INSTRUCTIONS = 8_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class Region:
-    """A rectangle of a tensor viewed as 2-D (rows = all leading dims, cols = last dim)."""
-
-    tensor: str
-    row0: int
-    row1: int
-    col0: int
-    col1: int
-
-    def __str__(self) -> str:
-        return f"{self.tensor}[{self.row0}:{self.row1}, {self.col0}:{self.col1}]"
 
 
 def operand_region(
@@ -97,6 +85,9 @@ class GlobalTransfer(Transfer):
 
     region: Region  # the tensor rectangle read from or written to HBM/L2
     multicast: int = 1  # cores one L2 read of this region serves at once
+    # of a sampled kernel: the group of chunks it did not simulate just before this read, on
+    # every core, whose reads warm L2 first (KernelSampling.warm_groups; -1: none)
+    warms: int = -1
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -242,9 +233,11 @@ def transfer(
     region: Region | None = None,
     read_bytes: int | None = None,
     multicast: int = 1,
+    warms: int = -1,
 ) -> Draft:
     """A data movement; `read_bytes` differs from `nbytes` when the engine converts in flight,
-    and `multicast` counts the cores that stage the same region from one L2 read."""
+    `multicast` counts the cores that stage the same region from one L2 read, and `warms`
+    the chunks a sampled kernel skipped just before it (GlobalTransfer)."""
     reads, writes = ((src, nbytes if read_bytes is None else read_bytes),), ((dst, nbytes),)
     if region is None:
         return Draft(Transfer, pipe, label, nbytes, reads, writes, src=src, dst=dst)
@@ -259,6 +252,7 @@ def transfer(
         dst=dst,
         region=region,
         multicast=multicast,
+        warms=warms,
     )
 
 
@@ -384,6 +378,7 @@ class KernelProgram:
     cube_flops: int = 0  # the part of `flops` the Cube does
     gemms: int = 0  # GEMMs sharing each A block (dual GEMM: 2)
     l1_from_ub_bytes: int = 0  # bytes L1 receives from UB, not from global memory (attention)
+    sampling: KernelSampling | None = None  # what was sampled, if anything (sampling.py)
 
     @property
     def instruction_count(self) -> int:

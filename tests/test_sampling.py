@@ -1,0 +1,115 @@
+"""Sampled kernels (issue 23, schedule/sampling.py): which chunks a block simulates, how the
+skipped ones warm L2, and a sampled run against the exact one."""
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator import load_workload
+from simulator.pipeline import simulate
+from simulator.schedule.region import Region
+from simulator.schedule.sampling import (
+    TAIL_CHUNKS,
+    WARM_UP_CHUNKS,
+    WINDOW_CHUNKS,
+    Extension,
+    KernelSampling,
+    Window,
+    chunk_plan,
+    extension_cycles,
+    warm_groups,
+)
+
+from .terminal import ROOT
+
+FEWEST = WARM_UP_CHUNKS + 2 * WINDOW_CHUNKS + TAIL_CHUNKS  # the shortest block sampled
+
+
+@given(st.integers(1, 400))
+def test_a_plan_keeps_the_first_chunks_a_window_and_the_tail_and_accounts_for_every_chunk(
+    chunks,
+):
+    plan = chunk_plan(chunks)
+    if chunks < FEWEST:
+        assert plan is None
+        return
+    assert plan is not None
+    kept = list(plan.kept)
+    assert kept == sorted(set(kept)) and kept[-1] == chunks - 1
+    assert kept[: plan.window + WINDOW_CHUNKS] == list(range(plan.window + WINDOW_CHUNKS))
+    assert plan.window == WARM_UP_CHUNKS and plan.skipped >= 1
+    assert len(kept) + plan.skipped * WINDOW_CHUNKS == chunks  # every chunk, once
+    assert len(kept) - plan.window - WINDOW_CHUNKS >= TAIL_CHUNKS
+    gaps = [plan.skipped_before(i) for i in range(len(kept))]
+    assert [len(g) for g in gaps if g] == [plan.skipped * WINDOW_CHUNKS]  # one skip
+    marks = [plan.mark(i) for i in range(len(kept))]
+    assert marks.index("opens") == plan.window
+    assert marks.index("closes") == plan.window + WINDOW_CHUNKS - 1
+
+
+def test_skipped_chunks_warm_l2_chunk_by_chunk_across_the_cores():
+    """The cores run side by side: L2 sees chunk 0 of every core, then chunk 1..."""
+
+    def chunk(core: int, k: int) -> tuple[Region, ...]:
+        return (Region("a", core, core + 1, k, k + 1), Region("b", k, k + 1, core, core + 1))
+
+    skips = [[chunk(core, 0) + chunk(core, 1)] for core in range(2)]  # one skip per core
+    skips[0].append(chunk(0, 5))  # the first core skips once more
+    groups, cores = warm_groups(skips, 2)
+    assert groups == (chunk(0, 0) + chunk(1, 0) + chunk(0, 1) + chunk(1, 1), chunk(0, 5))
+    assert cores == (2, 1)  # the last of them to get there warms L2
+
+
+def test_long_k_gemm_sampled_is_within_a_percent_and_says_what_it_sampled():
+    workload = load_workload(ROOT / "workloads" / "ffn_decode.yaml", ["hardware=a100"])
+    exact, sampled = simulate(workload), simulate(workload, sample=True)
+    kinds = [k.sampled for k in sampled.kernels if k.sampled is not None]
+    assert kinds and all(s.simulated_chunks < s.chunks for s in kinds)
+    assert all(k.sampled is None for k in exact.kernels)
+    assert "sampled" not in exact.to_dict()["kernels"][0]
+    assert sampled.instructions < exact.instructions
+    assert abs(sampled.cycles / exact.cycles - 1) < 0.01
+    hbm = [r.traffic["HBM"] for r in (sampled, exact)]
+    assert (
+        abs((hbm[0].read_bytes + hbm[0].write_bytes) / (hbm[1].read_bytes + hbm[1].write_bytes) - 1)
+        < 0.01
+    )
+    assert hbm[0].write_bytes == hbm[1].write_bytes  # every block's drain is simulated
+    for kernel in sampled.kernels:  # each sampled kernel's estimate covers its difference
+        if kernel.sampled is not None:
+            twin = next(k for k in exact.kernels if k.name == kernel.name)
+            assert abs(kernel.cycles - twin.cycles) <= kernel.sampled.error_cycles
+    assert simulate(workload, sample=True).to_dict() == sampled.to_dict()  # deterministic
+
+
+def test_skipped_chunks_take_at_least_their_hbm_time_and_the_floor_counts_as_error():
+    """Two cores, one block each, whose window of four chunks took 800 cycles on the Cube
+    (two calls a chunk, 100 cycles a call); three windows skipped: 2,400 more cycles on the
+    slower core, unless the skipped chunks' fetches need longer at HBM's rate."""
+    window = {"CUBE": (4, 12)}
+    sampling = KernelSampling(24, 12, (Window(0, window, 3), Window(1, window, 3)))
+    ends = [100 * i for i in range(1, 13)]
+    timed = {0: ends, 1: [end + 50 for end in ends]}
+    core_ends = [2000, 2050]
+    assert extension_cycles(sampling, core_ends, timed, 0) == Extension(3 * 800, 0)
+    assert extension_cycles(sampling, core_ends, timed, 3000) == Extension(3000, 600)
+
+
+@pytest.mark.slow
+@settings(max_examples=6, deadline=None)
+@given(
+    chip=st.sampled_from(["ascend910", "a100", "h100"]),
+    m=st.sampled_from([16, 64, 512]),
+    k=st.sampled_from([4096, 8192, 11008]),
+)
+def test_sampled_gemms_keep_the_physics_and_stay_near_exact(chip, m, k):
+    """Every sampled run passes the analysis' own checks (never below the roofline, bytes
+    conserved, buffers within capacity), writes what the exact run writes, and its error
+    estimate covers its difference from the exact time."""
+    overrides = [f"hardware={chip}", f"params.m={m}", f"params.k={k}", "params.n=4096"]
+    workload = load_workload(ROOT / "workloads" / "gemm_4096.yaml", overrides)
+    exact, sampled = simulate(workload), simulate(workload, sample=True)
+    assert sampled.traffic["HBM"].write_bytes == exact.traffic["HBM"].write_bytes
+    (kernel,) = sampled.kernels
+    estimate = 0 if kernel.sampled is None else kernel.sampled.error_cycles
+    assert abs(sampled.cycles - exact.cycles) <= estimate
