@@ -3,7 +3,7 @@ to end, then of the same request again, its steps read from the cache of simulat
 each beside a bare SimPy loop of 200,000 timeouts timed in the same run, so the ratios hold
 on any machine.
 
-    python benchmarks/infer_speed.py [--quick] [--hardware ascend910]
+    python benchmarks/infer_speed.py [--quick] [--hardware ascend910] [--sample]
 
 The request: `python -m simulator infer llama2-7b --prompt 2048 --generate 128` (`--quick`:
 a 128-token prompt), whole process, in a cache folder of its own that starts empty.
@@ -61,17 +61,22 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a 128-token prompt")
     parser.add_argument("--hardware", default="ascend910", help="a preset (default ascend910)")
+    parser.add_argument("--sample", action="store_true", help="the request with --sample")
     args = parser.parse_args()
     prompt = 128 if args.quick else 2048
     command = [sys.executable, "-m", "simulator", "infer", "llama2-7b", "--hardware"]
     command += [args.hardware, "--prompt", str(prompt), "--generate", "128", "--json", "-"]
+    command += ["--sample"] * args.sample
     loop_s = bare_loop_s()
     with tempfile.TemporaryDirectory() as cache:
         cold_s, report = timed_request(command, cache)
         warm_s, again = timed_request(command, cache)
     assert again == report, "a request read from the cache differs from the one simulated"
     peak_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # Linux: KiB
-    print(f"infer llama2-7b --prompt {prompt} --generate 128 on {args.hardware}")
+    print(
+        f"infer llama2-7b --prompt {prompt} --generate 128 on {args.hardware}"
+        + " --sample" * args.sample
+    )
     print(f"  bare SimPy loop    {loop_s:8.2f} s   ({LOOP_TIMEOUTS:,} timeouts)")
     print(
         f"  request            {cold_s:8.1f} s   {cold_s / loop_s:6.1f} loops "

@@ -218,6 +218,7 @@ def _infer(args) -> int:
             chips=args.chips,
             runtime=runtime,
             exact=args.exact,
+            sample=args.sample,
             on_step=on_step,
             work_limit=None if args.yes else WORK_LIMIT_LAYER_STEPS,
         )

@@ -189,6 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--exact", action="store_true", help="simulate every layer of every decode step"
     )
     infer.add_argument(
+        "--sample",
+        action="store_true",
+        help="simulate a matmul block's repeating K chunks in part and extrapolate the rest "
+        "(faster; each kernel states an error estimate; not yet the default: see README)",
+    )
+    infer.add_argument(
         "--yes",
         action="store_true",
         help="run a request of more than 2,000 simulated layer-steps without asking",

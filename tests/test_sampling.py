@@ -113,3 +113,30 @@ def test_sampled_gemms_keep_the_physics_and_stay_near_exact(chip, m, k):
     (kernel,) = sampled.kernels
     estimate = 0 if kernel.sampled is None else kernel.sampled.error_cycles
     assert abs(sampled.cycles - exact.cycles) <= estimate
+
+
+@pytest.fixture(scope="module")
+def short_prefill():
+    """LLaMA-2-7B, a 64-token prompt and one decode step on h100, plain and sampled."""
+    from simulator import infer
+
+    request = {"prompt": 64, "generate": 2}
+    return infer("llama2-7b", "h100", **request), infer("llama2-7b", "h100", **request, sample=True)
+
+
+def test_infer_samples_only_when_asked_and_says_so(short_prefill):
+    plain, sampled = short_prefill
+    assert "simulated in part" in sampled.method and "simulated in part" not in plain.method
+    assert sampled.provenance["options"]["sample"] and not plain.provenance["options"]["sample"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 23, open: a short prefill's GEMMs (few rows, memory-bound) sampled come "
+    "out 1.5% fast on h100, outside their 0.27% estimate; sampling stays opt-in until this "
+    "passes",
+)
+def test_a_sampled_short_prefill_is_within_its_stated_estimate(short_prefill):
+    plain, sampled = short_prefill
+    stated = float(sampled.method.split("error estimate up to ")[1].split("%")[0]) / 100
+    assert abs(sampled.ttft_us / plain.ttft_us - 1) <= stated
