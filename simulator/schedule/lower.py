@@ -146,7 +146,7 @@ class _Step(NamedTuple):
     fresh: list[bool]  # per side: staged now, or equal to the chunk staged before and reused
     cell_cols: tuple[int, int]  # the columns of the core's cell the block belongs to
     window: str = ""  # a sampled block's measured window: "opens" or "closes" at this chunk
-    warms: tuple[Region, ...] = ()  # the regions of the chunks skipped just before this one
+    skipped_reads: tuple[Region, ...] = ()  # what the chunks skipped just before it read
 
 
 def lower_matmul(
@@ -333,12 +333,14 @@ class _MatmulCore:
                 fresh = [staged.get(side) != key for side, key in enumerate(keys)]
                 staged.update(enumerate(keys))
                 window = "" if self.plan is None else self.plan.mark(index)
-                warms = tuple(
+                skipped_reads = tuple(
                     region
                     for gap in (() if self.plan is None else self.plan.skipped_before(index))
                     for region in self._regions(b, rows, cols, (gap * chunk_k, (gap + 1) * chunk_k))
                 )
-                steps.append(_Step(b, rows, cols, depth, keys, fresh, (n0, n1), window, warms))
+                steps.append(
+                    _Step(b, rows, cols, depth, keys, fresh, (n0, n1), window, skipped_reads)
+                )
         return steps
 
     def _regions(
@@ -364,10 +366,12 @@ class _MatmulCore:
         acc_slots: list[int] = []
         window_starts: dict[str, int] = {}
         for index, step in enumerate(steps):
-            b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1), window, warms = step
+            b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1), window, skipped = step
             rows, cols = bm1 - bm, bn1 - bn
-            if warms:
-                self.skips.append(warms)
+            warms = -1  # the skip whose reads the chunk's first load warms L2 with
+            if skipped:
+                self.skips.append(skipped)
+                warms = len(self.skips) - 1
             if window == OPENS:
                 window_starts = {pipe: len(core.queues[pipe]) for pipe in WINDOW_PIPES}
                 self.times = 1 + self.plan.skipped if self.plan else 1
@@ -382,9 +386,9 @@ class _MatmulCore:
                         (region.row1 - region.row0) * (region.col1 - region.col0) * elem,
                         region,
                         multicast=self.multicast.get(side, 1),
-                        warms=len(self.skips) - 1 if warms else -1,
+                        warms=warms,
                     )
-                    warms = ()  # the first load of the chunk warms L2 for all of them
+                    warms = -1  # the first load of the chunk warms L2 for all of them
                     slot_of[side] = (l1[side].fill(load), index)
                     core.emit(load)
             # per L1 side: its slot, and whether this chunk is the slot's first or last use
