@@ -5,8 +5,9 @@ speed-up.
 
     python benchmarks/sampling_error.py [--quick]
 
-Sampling (simulator/schedule/sampling.py) lowers a matmul block's first K chunks, a
-measured window and its last ones, and extrapolates the chunks between from the window.
+Sampling (simulator/schedule/sampling.py) lowers a matmul block's first K chunks (or a row's
+first blocks), a measured window and its last ones, and extrapolates those between from
+the window.
 Targets: within 1% on time and HBM bytes everywhere; the estimate covers the difference in
 at least 95% of the rows. `--quick`: the shipped workloads on two presets, no model steps.
 """

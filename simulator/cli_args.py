@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     infer.add_argument(
         "--sample",
         action="store_true",
-        help="simulate a matmul block's repeating K chunks in part and extrapolate the rest "
+        help="simulate a matmul's repeating K chunks or blocks in part and extrapolate the rest "
         "(faster; each kernel states an error estimate; not yet the default: see README)",
     )
     infer.add_argument(

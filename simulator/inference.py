@@ -19,9 +19,9 @@ turns them off:
 - Contexts: decode steps are simulated at `decode_points` contexts spread over the
   generation, first and last included, and steps between two of them interpolated linearly
   in the context (only attention changes with it, and its work grows linearly).
-- Chunks (`sample=True`): a matmul block of many K chunks simulates its first ones, a
-  measured window and its last ones; the chunks between repeat the window
-  (schedule/sampling.py).
+- Chunks and blocks (`sample=True`): a matmul block of many K chunks (else a row of many
+  blocks) simulates its first ones, a measured window and its last ones; those between
+  repeat the window (schedule/sampling.py).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def infer(
     many decode contexts are simulated (at least the first and the last). `on_step(what,
     step, steps)` hears of each step as its simulation starts (for a progress bar). A request
     of more than `work_limit` layer-steps (layers simulated x steps; None: no limit) is
-    refused before it starts. `sample` simulates a matmul block's repeating K chunks in part
+    refused before it starts. `sample` simulates a matmul's repeating K chunks or blocks in part
     (schedule/sampling.py; ignored with `exact`): not yet the default, as a sampled run is
     not yet within 1% of the exact one everywhere (a 128-token prefill on a100: 3%)."""
     if isinstance(model, str):
@@ -249,8 +249,8 @@ def infer(
     errors = [e for e in sampled_error if e is not None]
     if errors:
         method += (
-            "; matmul blocks of many K chunks simulated in part, the chunks that repeat a "
-            f"measured window extrapolated from it (error estimate up to {100 * max(errors):.2g}% "
+            "; matmul K chunks and blocks simulated in part, those that repeat a measured "
+            f"window extrapolated from it (error estimate up to {100 * max(errors):.2g}% "
             "of a run's time; --exact simulates them all)"
         )
     notes = [

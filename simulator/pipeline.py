@@ -28,7 +28,7 @@ def simulate(
 ) -> SimulationReport:
     """Simulate a loaded workload on its hardware and analyse the trace.
 
-    With `sample`, a matmul block's K chunks that repeat a measured window are not
+    With `sample`, a matmul's K chunks (or blocks) that repeat a measured window are not
     simulated but extrapolated from it (schedule/sampling.py); the report says what was
     sampled and how far off its time may be.
 

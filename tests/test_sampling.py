@@ -1,12 +1,15 @@
 """Sampled kernels (issue 23, schedule/sampling.py): which chunks a block simulates, how the
 skipped ones warm L2, and a sampled run against the exact one."""
 
+from collections import Counter
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator import load_workload
-from simulator.pipeline import simulate
+from simulator.pipeline import lower_workload, simulate
+from simulator.schedule.program import GlobalTransfer
 from simulator.schedule.region import Region
 from simulator.schedule.sampling import (
     TAIL_CHUNKS,
@@ -14,10 +17,14 @@ from simulator.schedule.sampling import (
     WINDOW_CHUNKS,
     Extension,
     KernelSampling,
+    Skip,
+    Touch,
     Window,
+    block_plan,
     chunk_plan,
     extension_cycles,
-    warm_groups,
+    kept_blocks,
+    warm_order,
 )
 
 from .terminal import ROOT
@@ -36,6 +43,7 @@ def test_a_plan_keeps_the_first_chunks_a_window_and_the_tail_and_accounts_for_ev
     assert plan is not None
     kept = list(plan.kept)
     assert kept == sorted(set(kept)) and kept[-1] == chunks - 1
+    assert plan.width == WINDOW_CHUNKS
     assert kept[: plan.window + WINDOW_CHUNKS] == list(range(plan.window + WINDOW_CHUNKS))
     assert plan.window == WARM_UP_CHUNKS and plan.skipped >= 1
     assert len(kept) + plan.skipped * WINDOW_CHUNKS == chunks  # every chunk, once
@@ -47,17 +55,80 @@ def test_a_plan_keeps_the_first_chunks_a_window_and_the_tail_and_accounts_for_ev
     assert marks.index("closes") == plan.window + WINDOW_CHUNKS - 1
 
 
-def test_skipped_chunks_warm_l2_chunk_by_chunk_across_the_cores():
-    """The cores run side by side: L2 sees chunk 0 of every core, then chunk 1..."""
+def test_skipped_chunks_warm_l2_in_the_order_the_cores_would_have_run_them():
+    """Cores that reach a skip together warm it chunk by chunk across them; a core that got
+    there more than a chunk later (at the cores' mean pace so far: 108 cycles a chunk) runs
+    behind them."""
 
-    def chunk(core: int, k: int) -> tuple[Region, ...]:
-        return (Region("a", core, core + 1, k, k + 1), Region("b", k, k + 1, core, core + 1))
+    def chunk(core: int, k: int) -> tuple[Touch, ...]:
+        return (
+            (Region("a", core, core + 1, k, k + 1), False),
+            (Region("c", core, core + 1, 0, 1), True),
+        )
 
-    skips = [[chunk(core, 0) + chunk(core, 1)] for core in range(2)]  # one skip per core
-    skips[0].append(chunk(0, 5))  # the first core skips once more
-    groups, cores = warm_groups(skips, 2)
-    assert groups == (chunk(0, 0) + chunk(1, 0) + chunk(0, 1) + chunk(1, 1), chunk(0, 5))
-    assert cores == (2, 1)  # the last of them to get there warms L2
+    skips = {core: Skip(10, (chunk(core, 0), chunk(core, 1))) for core in range(3)}
+    order = warm_order(skips, {0: 1000, 1: 1000, 2: 1250}, 0)
+    expected = [(0, 0), (1, 0), (0, 1), (1, 1), (2, 0), (2, 1)]
+    assert order == [touch for core, k in expected for touch in chunk(core, k)]
+
+
+@given(
+    st.lists(st.sampled_from([(128, 128), (128, 32), (64, 128)]), min_size=1, max_size=60),
+    st.integers(1, 12),
+)
+def test_a_block_plan_keeps_whole_windows_whose_shapes_the_skipped_blocks_repeat(shapes, chunks):
+    plan = block_plan(shapes, chunks)
+    if plan is None:
+        return
+    kept = list(plan.kept)
+    assert kept == sorted(set(kept)) and kept[-1] == len(shapes) - 1
+    assert plan.window * chunks >= WARM_UP_CHUNKS and plan.width * chunks >= WINDOW_CHUNKS
+    assert plan.width % 2 == 0 and plan.skipped >= 1
+    assert len(kept) + plan.skipped * plan.width == len(shapes)  # every block, once
+    window = shapes[plan.window : plan.window + plan.width]
+    (gap,) = [plan.skipped_before(i) for i in range(len(kept)) if plan.skipped_before(i)]
+    assert [shapes[i] for i in gap] == window * plan.skipped
+
+
+def test_a_core_samples_each_row_of_blocks_on_its_own():
+    """Two rows of ten blocks of four K chunks: each row keeps two blocks of warm-up, a
+    window of two and its last two, and skips the four between (rows reuse operands
+    differently: a window stands only for blocks of its own row)."""
+    kept = list(kept_blocks([(128, 128)] * 20, [0, 10], 4))
+    assert [block for block, *_ in kept] == [0, 1, 2, 3, 8, 9, 10, 11, 12, 13, 18, 19]
+    assert [gap for *_, gap in kept if gap] == [range(4, 8), range(14, 18)]
+    assert [mark for _, _, mark, _ in kept if mark] == ["opens", "closes"] * 2
+
+
+def test_what_sampling_skips_is_what_the_exact_run_touches_beyond_the_sampled_one():
+    """The regions the skipped units warm L2 with (reads, and the blocks' stores) are, region
+    for region, those the exact program's global transfers touch and the sampled one's do
+    not: K-chunk-sampled GEMMs (ffn_decode on a100) and a block-sampled one whose epilogue
+    loads a bias (linear_gelu on ascend910)."""
+    for name, chip in (("ffn_decode", "a100"), ("linear_gelu", "ascend910")):
+        workload = load_workload(ROOT / "workloads" / f"{name}.yaml", [f"hardware={chip}"])
+        exact, sampled = (lower_workload(workload, sample).kernels for sample in (False, True))
+        assert any(kernel.sampling is not None for kernel in sampled)
+        for plain, kernel in zip(exact, sampled):
+            skipped = Counter(
+                touch
+                for skips in (kernel.sampling.skips if kernel.sampling else ())
+                for skip in skips
+                for step in skip.steps
+                for touch in step
+            )
+            assert _touched(plain) - _touched(kernel) == skipped
+
+
+def _touched(kernel) -> Counter:
+    """Each region a kernel's global transfers read (False) or write (True), counted."""
+    return Counter(
+        (instr.region, instr.dst == "HBM")
+        for core in kernel.cores
+        for queue in core.queues.values()
+        for instr in queue
+        if isinstance(instr, GlobalTransfer)
+    )
 
 
 def test_long_k_gemm_sampled_is_within_a_percent_and_says_what_it_sampled():
@@ -87,7 +158,7 @@ def test_skipped_chunks_take_at_least_their_hbm_time_and_the_floor_counts_as_err
     (two calls a chunk, 100 cycles a call); three windows skipped: 2,400 more cycles on the
     slower core, unless the skipped chunks' fetches need longer at HBM's rate."""
     window = {"CUBE": (4, 12)}
-    sampling = KernelSampling(24, 12, (Window(0, window, 3), Window(1, window, 3)))
+    sampling = KernelSampling(48, 24, (Window(0, window, 3, 4), Window(1, window, 3, 4)))
     ends = [100 * i for i in range(1, 13)]
     timed = {0: ends, 1: [end + 50 for end in ends]}
     core_ends = [2000, 2050]

@@ -150,9 +150,9 @@ class EnergyRecord:
 
 @dataclass(frozen=True, slots=True)
 class SampledRecord:
-    """What sampling left out of a kernel (schedule/sampling.py): its blocks simulated
-    `simulated_chunks` of their `chunks` K chunks, and the rest added `extrapolated_cycles`,
-    good to about `error_cycles`."""
+    """What sampling left out of a kernel (schedule/sampling.py): of the `chunks` K chunks
+    of all its blocks on all its cores, `simulated_chunks` were simulated, and the rest
+    added `extrapolated_cycles`, good to about `error_cycles`."""
 
     chunks: int
     simulated_chunks: int

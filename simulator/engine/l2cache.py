@@ -19,7 +19,7 @@ through to HBM and allocate. Eviction is least recently used, by granule.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 
 from ..errors import InvariantError
@@ -131,17 +131,34 @@ class L2Cache:
         self.misses += misses
         return hit_bytes, fetch_bytes, in_flight
 
-    def warm(self, regions: tuple[Region, ...]) -> None:
-        """Read `regions` in turn as reads that took no time, so that L2 holds what they
-        would have left (the chunks a sampled kernel did not simulate); what they found and
-        fetched is kept per tensor in `warmed`, not in the lookups' counts."""
+    def warm(self, touches: Sequence[tuple[Region, bool]], recent: Sequence[Region] = ()) -> None:
+        """Read (or write: True) regions in turn as transfers that took no time, so that L2
+        holds what they would have left (the units a sampled kernel did not simulate); what
+        the reads found and fetched is kept per tensor in `warmed`, not in the lookups'
+        counts. `recent`: regions touched since that would have come after them, kept the
+        most recently used (made so before the warm, so that it evicts them last, and
+        after)."""
         hits, misses = self.hits, self.misses
-        for region in regions:
+        self._refresh(recent)
+        for region, written in touches:
+            if written:
+                self.write(region)
+                continue
             hit_bytes, fetch_bytes, _ = self.read(region, _LANDED)
             found = self.warmed.setdefault(region.tensor, [0, 0])
             found[0] += hit_bytes
             found[1] += fetch_bytes
+        self._refresh(recent)
         self.hits, self.misses = hits, misses
+
+    def _refresh(self, regions: Sequence[Region]) -> None:
+        """Make the granules of `regions` still held the most recently used, in turn."""
+        lines = self.lines
+        for region in regions:
+            for piece in self._cut(region)[0]:
+                key = (region.tensor, piece[0])
+                if key in lines:
+                    lines.move_to_end(key)
 
     def write(self, region: Region) -> None:
         """Write-through with allocate: the written cells become present and recently used."""

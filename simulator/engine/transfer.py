@@ -37,7 +37,11 @@ class World(Protocol):
 
     def shaped(self, instr: GlobalTransfer, bytes_per_cycle: float) -> float: ...
 
-    def warm(self, group: int) -> None: ...
+    past_skips: dict
+
+    def warm(self, group: int, core: int) -> None: ...
+
+    def touched(self, core: int, region: Region) -> None: ...
 
 
 class AfterTheCycle(simpy.events.Event):
@@ -149,8 +153,8 @@ class TransferInFlight:
         rate = world.shaped(instr, rate)
         self.fill = self.in_flight = None
         if src == "HBM":
-            if instr.warms >= 0:  # a sampled kernel skipped chunks just before
-                world.warm(instr.warms)
+            if instr.warms >= 0:  # a sampled kernel skipped units just before
+                world.warm(instr.warms, self.order[1])
             self.fill = _Fetch()
             self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region, self.fill)
             factor = world.program.read_factor(instr.region.tensor)
@@ -167,6 +171,8 @@ class TransferInFlight:
             self.hit_bytes, self.hbm_bytes = 0, instr.nbytes
             latency += world.l2_latency  # a posted store: done when L2 holds it
             self.legs = (("HBM", self.hbm_bytes, rate),)
+        if world.past_skips:  # cores of a sampled kernel passed a skip (World.warm)
+            world.touched(self.order[1], instr.region)
         self.ideal: int = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in self.legs)
         self.leg = 0
         world.env.timeout(latency).callbacks.append(self._next_leg)

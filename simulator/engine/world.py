@@ -45,7 +45,7 @@ from ..schedule.program import (
     transfer_rate,
 )
 from ..schedule.sampling import TIMED_PIPE as TIMED
-from ..schedule.sampling import Extension, extension_cycles
+from ..schedule.sampling import Extension, extension_cycles, warm_order
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
@@ -162,7 +162,9 @@ class World:
         self.spans: list[KernelSpan] = []
         self.kernel_started = 0  # the cycle the running kernel's cores began
         self.kernel: KernelProgram | None = None  # the running kernel
-        self.warm_arrivals: dict[int, int] = {}  # per skip of it, the cores there (see warm)
+        # per skip not yet warmed: the cycle each core got past it, and what the cores past
+        # it touched since (see warm)
+        self.past_skips: dict[int, tuple[dict[int, int], list[Region]]] = {}
         self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
         self.max_cores = max((len(k.cores) for k in program.kernels), default=1)
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
@@ -266,7 +268,7 @@ class World:
             yield self.env.timeout(kernel_start_cycle(index, start, self.hw) - start)
             self.kernel_started = int(self.env.now)
             cores_done, first_log = [], len(self.pipe_logs)
-            self.l2.warmed, self.warm_arrivals = {}, {}
+            self.l2.warmed, self.past_skips = {}, {}
             self.kernel = kernel
             for core_index, core in enumerate(kernel.cores):
                 state = _CoreState(
@@ -395,13 +397,29 @@ class World:
         for transfer in sorted(self.beginning.pop(cycle), key=attrgetter("order")):
             transfer.begin()
 
-    def warm(self, group: int) -> None:
+    def warm(self, group: int, core: int) -> None:
         """The last core to reach the `group`-th skip of a sampled kernel warms L2 with what
-        the skipped chunks read on every core (schedule/sampling.py)."""
+        the skipped units touched on every core, in the order the cores would have run them
+        (schedule/sampling.py). The cores that got there before it ran on, where they would
+        have run the skipped units first: what they touched since is kept the most recent
+        in L2 (the warm neither evicts it nor leaves it older)."""
         sampling = None if self.kernel is None else self.kernel.sampling
-        arrived = self.warm_arrivals[group] = self.warm_arrivals.get(group, 0) + 1
-        if sampling is not None and arrived == sampling.warm_cores[group]:
-            self.l2.warm(sampling.warm_groups[group])
+        if sampling is None:
+            return
+        arrivals, since = self.past_skips.setdefault(group, ({}, []))
+        arrivals[core] = int(self.env.now)
+        skipping = sampling.skipping(group)
+        if len(arrivals) < len(skipping):
+            return
+        del self.past_skips[group]
+        self.l2.warm(warm_order(skipping, arrivals, self.kernel_started), since)
+
+    def touched(self, core: int, region: Region) -> None:
+        """A transfer of `core` touched `region` of global memory after the core passed a
+        skip that other cores have yet to reach (see warm)."""
+        for cores, since in self.past_skips.values():
+            if core in cores:
+                since.append(region)
 
     def shaped(self, instr: GlobalTransfer, bytes_per_cycle: float) -> float:
         """A global transfer's rate on a path of `bytes_per_cycle`, given its shape."""

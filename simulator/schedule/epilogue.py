@@ -93,6 +93,14 @@ def chain_slots(
     return slots
 
 
+def chain_bytes(
+    ops: list[Op], tensors: dict, hw: Hardware, rows: int, cols: int, block_cols: int
+) -> int:
+    """The UB bytes of one buffer of a matmul's chain over tiles of `rows` x `cols`."""
+    slots = chain_slots(ops, tensors, seeds_of(ops), rows, cols, block_cols, in_registers(hw, ops))
+    return sum(slots.values())
+
+
 def seeds_of(ops: list[Op]) -> tuple[str, ...]:
     gemms = [op for op in ops if OPS[op.op].unit == "cube"]
     return tuple(op.output for op in gemms) if gemms else (ops[0].inputs[0],)
@@ -255,6 +263,21 @@ class VectorChain:
             accumulators.last_use(store, held)
         self.held = []
         self.core.emit(store)
+
+    def touches(self, r0: int, r1: int, c0: int, c1: int) -> tuple[tuple[Region, bool], ...]:
+        """The global regions a tile of a matmul's chain reads (its ops' other inputs) and
+        writes (its result), as `block` and `end_tile` would: what a sampled kernel's skipped
+        blocks leave in L2 (schedule/sampling.py)."""
+        values = set(self.seeds)
+        reads = []
+        for op in self.ops:
+            reads += [
+                (broadcast_region(self.tensors[name], r0, r1, c0, c1), False)
+                for name in op.inputs
+                if name not in values
+            ]
+            values.add(op.output)
+        return (*reads, (Region(self.final, r0, r1, c0, c1), True))
 
     def statistics(self) -> None:
         """Pass one over a chunk of rows too long for UB: the row-wise op gathers its

@@ -24,7 +24,7 @@ from ..errors import SimulatorError, TooLargeError
 from ..ops import DTYPE_BYTES
 from .attention import lower_attention
 from .attention_plan import attention_workspace
-from .epilogue import VectorChain, as_2d, chain_slots, in_registers, seeds_of
+from .epilogue import VectorChain, as_2d, chain_bytes
 from .footprint import (
     INPUT_ROLES,
     read_once_bytes,
@@ -50,12 +50,13 @@ from .program import (
 from .sampling import (
     CLOSES,
     OPENS,
-    WINDOW_PIPES,
-    ChunkPlan,
     KernelSampling,
+    SamplePlan,
+    Skip,
+    Touch,
     Window,
     chunk_plan,
-    warm_groups,
+    kept_blocks,
 )
 from .tiling import (
     ACCUMULATOR_BYTES,
@@ -73,7 +74,7 @@ from .vector_kernel import kernel_flops, lower_vector, readers_of
 
 def lower(workload: Workload, plan: Plan, sample: bool = False) -> Program:
     """Lower every kernel; every tiling problem of every kernel is reported together. With
-    `sample`, a matmul's blocks lower only the K chunks sampling.chunk_plan keeps."""
+    `sample`, a matmul lowers only the K chunks and blocks sampling.py keeps."""
     if not plan.kernels:
         raise SimulatorError(
             f"{workload.source}: nothing to simulate: no op computes anything "
@@ -135,6 +136,10 @@ def lower(workload: Workload, plan: Plan, sample: bool = False) -> Program:
     return Program(tuple(lowered), geometry, compulsory, roles, nz, slices)
 
 
+# an output block: its batch, rows, columns and the columns of its cell
+_Block = tuple[int, tuple[int, int], tuple[int, int], tuple[int, int]]
+
+
 class _Step(NamedTuple):
     """One K chunk of one output block, as a core runs it."""
 
@@ -145,8 +150,9 @@ class _Step(NamedTuple):
     regions: list[Region]  # the L1 chunk each side (A, then each B) needs
     fresh: list[bool]  # per side: staged now, or equal to the chunk staged before and reused
     cell_cols: tuple[int, int]  # the columns of the core's cell the block belongs to
-    window: str = ""  # a sampled block's measured window: "opens" or "closes" at this chunk
-    skipped_reads: tuple[Region, ...] = ()  # what the chunks skipped just before it read
+    window: str = ""  # a sampled kernel's measured window: "opens" or "closes" at this chunk
+    skipped: tuple[tuple[Touch, ...], ...] = ()  # what the units skipped just before touched
+    plan: SamplePlan | None = None  # the sampling its window belongs to
 
 
 def lower_matmul(
@@ -154,57 +160,39 @@ def lower_matmul(
 ) -> KernelProgram:
     """`chunks_by_shape` keeps the K chunks built (see `_MatmulCore._chunk`) per shape and
     tiling: they name no tensor, so every kernel of that shape and tiling can reuse them.
-    With `sample`, each block lowers the K chunks sampling.chunk_plan keeps."""
+    With `sample`, each block lowers the K chunks sampling.chunk_plan keeps, or, where a
+    block has too few, each core the blocks sampling.block_plan keeps."""
     tensors = workload.tensors
     shape = gemm_shape(list(kernel.gemms), tensors)
     t = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
-    cell_b, cell_m, cell_n = t.cell_extents(shape, hw.cube.fractal[shape.dtype])
-    cells = []
-    for cb in range(t.split_b):
-        for cm in range(t.split_m):
-            for cn in range(t.split_n):
-                b0, b1 = cb * cell_b, min(shape.batch, (cb + 1) * cell_b)
-                m0, m1 = cm * cell_m, min(shape.m, (cm + 1) * cell_m)
-                n0, n1 = cn * cell_n, min(shape.n, (cn + 1) * cell_n)
-                if b0 < b1 and m0 < m1 and n0 < n1:
-                    cells.append((range(b0, b1), (m0, m1), (n0, n1)))
+    cells = t.cells(shape, hw.cube.fractal[shape.dtype])
     chunks = chunks_by_shape.setdefault((shape, t), {})
     multicast = multicast_sides(t, hw.multicast_cores, len(kernel.gemms))
+    # a row-wise epilogue's tile spans a row of blocks: its blocks are not sampled one by one
+    by_blocks = sample and not kernel.rowwise
     plan = chunk_plan(-(-shape.k // (t.base_k * t.step_k))) if sample else None
     # cell i runs on core i mod cores: one cell each, or with `split: blocks` in waves
     builders = [
-        _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast, plan)
+        _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast, plan, by_blocks)
         for _ in range(min(hw.cores, len(cells)))
     ]
     cores = tuple(b.emit(cells[core :: hw.cores]).build() for core, b in enumerate(builders))
     sampling = None
-    if plan is not None:
-        windows = tuple(
-            Window(core, spans, plan.skipped)
-            for core, b in enumerate(builders)
-            for spans in b.windows
+    windows = tuple(Window(core, *w) for core, b in enumerate(builders) for w in b.windows)
+    if windows:
+        sampling = KernelSampling(
+            sum(b.chunks_run[0] for b in builders),
+            sum(b.chunks_run[1] for b in builders),
+            windows,
+            tuple(tuple(b.skips) for b in builders),
         )
-        groups, cores_at = warm_groups([b.skips for b in builders], 1 + len(kernel.gemms))
-        sampling = KernelSampling(plan.chunks, len(plan.kept), windows, groups, cores_at)
     converted_bytes = sum(b.converted_bytes for b in builders)  # B blocks converted in L0B
     ins = {name for op in kernel.ops for name in op.inputs} - {op.output for op in kernel.ops}
     buffers = {buf: need for buf, (need, _) in buffer_needs(shape, t).items()}
     if kernel.epilogue:
         cols = shape.n if kernel.rowwise else t.base_n
-        ops = list(kernel.ops)
-        buffers["UB"] = (
-            sum(
-                chain_slots(
-                    ops,
-                    tensors,
-                    seeds_of(ops),
-                    min(t.base_m, shape.m),
-                    cols,
-                    t.base_n,
-                    in_registers(hw, ops),
-                ).values()
-            )
-            * t.buffers
+        buffers["UB"] = t.buffers * chain_bytes(
+            list(kernel.ops), tensors, hw, min(t.base_m, shape.m), cols, t.base_n
         )
     return KernelProgram(
         kernel.name,
@@ -238,12 +226,16 @@ class _MatmulCore:
         t: Tiling,
         chunks: dict,
         multicast: dict[int, int],
-        plan: ChunkPlan | None = None,
+        plan: SamplePlan | None = None,
+        by_blocks: bool = False,
     ):
         self.kernel, self.workload, self.hw, self.shape, self.t = kernel, workload, hw, shape, t
         self.plan = plan  # the K chunks each block lowers, when sampled
-        self.windows: list[dict[str, tuple[int, int]]] = []  # per pipe, of each window
-        self.skips: list[tuple[Region, ...]] = []  # what each skip's chunks read, in order
+        self.by_blocks = by_blocks and plan is None  # else: each row's blocks block_plan keeps
+        # per window: per pipe, the queue positions of its instructions; skipped; width
+        self.windows: list[tuple[dict[str, tuple[int, int]], int, int]] = []
+        self.skips: list[Skip] = []  # what each skip's units touched, in order
+        self.chunks_run = [0, 0]  # K chunks of the core's blocks: all, and those lowered
         self.times = 1  # how many chunks the chunk being lowered counts for (sampling.py)
         self.multicast = multicast  # side -> cores sharing each of its L1 loads (see above)
         self.chunks = chunks  # the K chunks built so far (see _chunk)
@@ -298,49 +290,91 @@ class _MatmulCore:
                 cols,
                 t.base_n,
             )
-        steps: list[_Step] = []
+        blocks: list[_Block] = []  # in the core's order
+        row_starts = []  # the first block of each row of a cell (its inner loop's blocks)
         for batches, (m0, m1), (n0, n1) in cells:
-            blocks = [
+            in_cell = [
                 (b, bm, bn)
                 for b in batches
                 for bm in range(m0, m1, t.base_m)
                 for bn in range(n0, n1, t.base_n)
             ]
             if t.order == "m":
-                blocks.sort(key=lambda block: (block[0], block[2], block[1]))
-            steps += self._plan_steps(
-                blocks, (m1, n0, n1), chunk_k, steps[-1].regions if steps else None
-            )
-        self._emit_steps(steps)
+                in_cell.sort(key=lambda block: (block[0], block[2], block[1]))
+            outer = 2 if t.order == "m" else 1  # the coordinate a row keeps
+            row_starts += [
+                len(blocks) + i
+                for i, block in enumerate(in_cell)
+                if not i or block[: outer + 1] != in_cell[i - 1][: outer + 1]
+            ]
+            blocks += [
+                (b, (bm, min(m1, bm + t.base_m)), (bn, min(n1, bn + t.base_n)), (n0, n1))
+                for b, bm, bn in in_cell
+            ]
+        self._emit_steps(self._plan_steps(blocks, row_starts, chunk_k))
         return core
 
-    def _plan_steps(
-        self, blocks, cell: tuple[int, int, int], chunk_k: int, staged_before: list[Region] | None
-    ) -> list[_Step]:
-        """Each (block, K chunk) of one cell with the L1 chunks it needs and whether each is
-        fresh: a chunk equal to the one staged just before is reused in place."""
-        t, shape = self.t, self.shape
-        m1, n0, n1 = cell
-        staged: dict[int, Region | None] = dict(enumerate(staged_before or ()))
+    def _plan_steps(self, blocks: list[_Block], row_starts: list[int], chunk_k: int) -> list[_Step]:
+        """Each (block, K chunk) the core lowers, with the L1 chunks it needs and whether each
+        is fresh: a chunk equal to the one staged just before is reused in place."""
+        every = range(-(-self.shape.k // chunk_k))
+        kept_chunks = every if self.plan is None else self.plan.kept
+        staged: dict[int, Region | None] = {}
         steps: list[_Step] = []
-        every = range(-(-shape.k // chunk_k))
-        kept = every if self.plan is None else self.plan.kept
-        for b, bm, bn in blocks:
-            rows, cols = (bm, min(m1, bm + t.base_m)), (bn, min(n1, bn + t.base_n))
-            for index, chunk in enumerate(kept):
-                depth = (chunk * chunk_k, min(shape.k, (chunk + 1) * chunk_k))
+        shapes = [(r[1] - r[0], c[1] - c[0]) for _, r, c, _ in blocks]
+        chosen = (
+            kept_blocks(shapes, row_starts, len(every))
+            if self.by_blocks
+            else ((block, None, "", range(0)) for block in range(len(blocks)))
+        )
+        for block, of_blocks, mark, skipped_blocks in chosen:
+            b, rows, cols, cell_cols = blocks[block]
+            for index, chunk in enumerate(kept_chunks):
+                depth = (chunk * chunk_k, min(self.shape.k, (chunk + 1) * chunk_k))
                 keys = self._regions(b, rows, cols, depth)
                 fresh = [staged.get(side) != key for side, key in enumerate(keys)]
                 staged.update(enumerate(keys))
-                window = "" if self.plan is None else self.plan.mark(index)
-                skipped_reads = tuple(
-                    region
-                    for gap in (() if self.plan is None else self.plan.skipped_before(index))
-                    for region in self._regions(b, rows, cols, (gap * chunk_k, (gap + 1) * chunk_k))
-                )
+                plan, window = of_blocks, ""
+                skipped: tuple[tuple[Touch, ...], ...] = ()
+                if self.plan is not None:
+                    plan, window = self.plan, self.plan.mark(index)
+                    skipped = tuple(
+                        self._reads(b, rows, cols, gap, chunk_k)
+                        for gap in self.plan.skipped_before(index)
+                    )
+                elif index == 0:  # the block's first chunk opens its window, or follows a skip
+                    window = mark if mark == OPENS else ""
+                    skipped = tuple(
+                        step
+                        for gap in skipped_blocks
+                        for step in self._block_touches(blocks[gap], len(every), chunk_k)
+                    )
+                if index == len(kept_chunks) - 1 and mark == CLOSES:
+                    window = CLOSES
                 steps.append(
-                    _Step(b, rows, cols, depth, keys, fresh, (n0, n1), window, skipped_reads)
+                    _Step(b, rows, cols, depth, keys, fresh, cell_cols, window, skipped, plan)
                 )
+        self.chunks_run = [len(blocks) * len(every), len(steps)]
+        return steps
+
+    def _reads(
+        self, b: int, rows: tuple[int, int], cols: tuple[int, int], chunk: int, chunk_k: int
+    ) -> tuple[Touch, ...]:
+        """What K chunk `chunk` of a block reads: the L1 chunk of each side."""
+        depth = (chunk * chunk_k, min(self.shape.k, (chunk + 1) * chunk_k))
+        return tuple((region, False) for region in self._regions(b, rows, cols, depth))
+
+    def _block_touches(self, block: _Block, chunks: int, chunk_k: int) -> list[tuple[Touch, ...]]:
+        """What a block touches, K chunk by K chunk: each one's reads, and with the last one
+        its drain's (the epilogue's loads, and the stores)."""
+        b, rows, cols, _ = block
+        steps = [self._reads(b, rows, cols, chunk, chunk_k) for chunk in range(chunks)]
+        row0, row1 = b * self.shape.m + rows[0], b * self.shape.m + rows[1]
+        if self.chain is None:
+            drain = tuple((Region(out, row0, row1, *cols), True) for *_, out in self.bs)
+        else:
+            drain = self.chain.touches(row0, row1, *cols)
+        steps[-1] += drain  # with the last chunk
         return steps
 
     def _regions(
@@ -366,15 +400,15 @@ class _MatmulCore:
         acc_slots: list[int] = []
         window_starts: dict[str, int] = {}
         for index, step in enumerate(steps):
-            b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1), window, skipped = step
+            b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1), window, skipped, plan = step
             rows, cols = bm1 - bm, bn1 - bn
             warms = -1  # the skip whose reads the chunk's first load warms L2 with
             if skipped:
-                self.skips.append(skipped)
+                self.skips.append(Skip(index, skipped))
                 warms = len(self.skips) - 1
-            if window == OPENS:
-                window_starts = {pipe: len(core.queues[pipe]) for pipe in WINDOW_PIPES}
-                self.times = 1 + self.plan.skipped if self.plan else 1
+            if window == OPENS and plan is not None:
+                window_starts = {pipe: len(queue) for pipe, queue in core.queues.items()}
+                self.times = 1 + plan.skipped
             for side, region in enumerate(keys):
                 if fresh[side]:
                     elem = self.shape.a_bytes if side == 0 else self.shape.b_bytes
@@ -397,17 +431,16 @@ class _MatmulCore:
                 for side, (slot, loaded_at) in sorted(slot_of.items())
             )
             acc_slots = self._chunk(rows, cols, kc, kc1, sides, acc_slots)
-            if window == CLOSES:
-                self.windows.append(
-                    {
-                        pipe: (start, len(core.queues[pipe]))
-                        for pipe, start in window_starts.items()
-                        if len(core.queues[pipe]) > start
-                    }
-                )
-                self.times = 1
             if kc1 == self.shape.k:
                 self._drain(b, bm, rows, bn, cols, acc_slots, n0, n1)
+            if window == CLOSES and plan is not None:  # after the drain of a closing block
+                spans = {
+                    pipe: (start, len(core.queues[pipe]))
+                    for pipe, start in window_starts.items()
+                    if len(core.queues[pipe]) > start
+                }
+                self.windows.append((spans, plan.skipped, plan.width))
+                self.times = 1
 
     def _chunk(
         self, rows: int, cols: int, kc: int, kc1: int, sides: tuple, acc_slots: list[int]

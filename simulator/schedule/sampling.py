@@ -1,38 +1,48 @@
-"""Sampled kernels: a matmul block's K chunks repeat, so most of them need not be simulated.
+"""Sampled kernels: a matmul's K chunks and blocks repeat, so most need not be simulated.
 
 A core computes each output block of a matmul as a run of K chunks that stage, move and
-multiply the same bytes at the same rates; after the first chunks fill the pipeline, each
-takes about the time of the one before it, give or take where its bytes come from.
-Lowering asks `chunk_plan` which chunks of a block to simulate: the first WARM_UP_CHUNKS
-(the pipeline fills, the first reads find what was left in L2, cores drift apart), a window
-of WINDOW_CHUNKS that is measured, and the tail (the last chunk may be short, and the
-block's drain follows it). The chunks between the window and the tail are not lowered;
-they are taken to repeat the window `skipped` times over:
+multiply the same bytes at the same rates, and a row of blocks (its cell's inner loop) as
+blocks that do the same work on other columns (or rows). Lowering samples one or the other:
+
+- a block of many K chunks (`chunk_plan`): its first WARM_UP_CHUNKS are simulated (the
+  pipeline fills, the first reads find what was left in L2, cores drift apart), then a
+  window of WINDOW_CHUNKS that is measured, and the tail (the last chunk may be short, and
+  the block's drain follows it); the chunks between are not lowered;
+- else a row of many blocks (`kept_blocks`, `block_plan`): its first blocks, a window of
+  whole blocks (as wide as the period of the blocks' shapes: an edge block may be cut) and
+  its last block; the blocks between, with their drains, are not lowered. Each row is
+  sampled on its own: its blocks share one operand and find the other as the row before
+  left it in L2, so a window stands only for blocks of its own row.
+
+What is not lowered is taken to repeat the window `skipped` times over:
 
 - time (`extension_cycles`, called by the engine at the kernel's end): each core adds its
   skipped windows at its pace (the mean of the n-th windows of all cores, plus the part of
   its own window's difference from the mean that chance, measured by the difference between
   a window's halves, does not explain), and the kernel ends when its slowest core would,
-  never sooner than the skipped chunks' HBM fetches (as their warming reads found them)
+  never sooner than the skipped units' HBM fetches (as their warming reads found them)
   take at HBM's sustained rate;
 - work: the analysis counts every instruction of a window 1 + `skipped` times (its bytes,
   busy cycles and stalls), so bytes stay whole and conserved, except that what the skipped
   reads found in L2 or fetched from HBM splits as their warming reads did;
 - L2: the first load after a skip, on the last core to get there (so that no core's window
-  loses what a peer fetched for it), warms L2 with the regions the skipped chunks read on
-  every core, chunk by chunk across the cores as they run side by side, so later reads and
-  later kernels find what the skipped chunks would have left there.
+  loses what a peer fetched for it), warms L2 with what the skipped units touched on every
+  core (their reads, their blocks' stores), in the order the cores would have run them
+  (`warm_order`: side by side, each from the cycle it got there); what the cores that got
+  there first touched since stays the most recently used (they would have touched it after
+  the skipped units), so later reads and later kernels find what the skipped units would
+  have left.
 
-The error estimate: per block, twice the standard deviation of a window by chance and of
-the mean, times the windows skipped; plus whatever the HBM floor added. Exact runs (and the
-reference twin) lower every chunk.
+The error estimate: per n-th window, twice the standard deviation of a window by chance and
+of the mean, times the windows skipped; plus whatever the HBM floor added. Exact runs (and
+the reference twin) lower every chunk.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Hashable, Iterator, Mapping, Sequence
 
 from .region import Region
 
@@ -43,88 +53,150 @@ from .region import Region
 WARM_UP_CHUNKS = 8
 WINDOW_CHUNKS = 4  # an even number: a ping-pong of two buffers repeats every two chunks
 TAIL_CHUNKS = 2
-WINDOW_PIPES = ("MTE2", "MTE1", "VECTOR", "CUBE")  # the pipes a K chunk's instructions use
-TIMED_PIPE = "CUBE"  # whose chunk ends time a window
-OPENS, CLOSES = "opens", "closes"  # a chunk's place in its block's window
+# a core's blocks, sampled when each has too few chunks: the first blocks warm up (at least
+# two, and WARM_UP_CHUNKS chunks), a window of whole blocks (an even number, at least
+# WINDOW_CHUNKS chunks) is measured, and the last block (the kernel's drain) is the tail
+WARM_UP_BLOCKS = 2
+TAIL_BLOCKS = 1
+MAX_WINDOW_BLOCKS = 16  # a window widens to the period of its blocks' shapes, up to this
+TIMED_PIPE = "CUBE"  # whose instruction ends time a window
+OPENS, CLOSES = "opens", "closes"  # a unit's place in the measured window
+
+Touch = tuple[Region, bool]  # a region a skipped unit read (False) or wrote (True)
 
 
 @dataclass(frozen=True, slots=True)
-class ChunkPlan:
-    """Which of a block's K chunks are simulated: `kept` (chunk indices, in order), of which
-    kept[window : window + WINDOW_CHUNKS] are measured and stand for `skipped` more windows
-    of chunks that are not simulated."""
+class SamplePlan:
+    """Which of `units` repeating units (a block's K chunks, or a core's blocks) are
+    simulated: `kept` (indices, in order), of which kept[window : window + width] are
+    measured and stand for `skipped` more windows of units that are not simulated."""
 
-    chunks: int
+    units: int
     kept: tuple[int, ...]
     window: int
+    width: int
     skipped: int
 
     def mark(self, index: int) -> str:
-        """Whether the kept chunk at `index` opens or closes the measured window."""
+        """Whether the kept unit at `index` opens or closes the measured window."""
         if index == self.window:
             return OPENS
-        return CLOSES if index == self.window + WINDOW_CHUNKS - 1 else ""
+        return CLOSES if index == self.window + self.width - 1 else ""
 
     def skipped_before(self, index: int) -> range:
-        """The chunks not simulated just before the kept chunk at `index`."""
+        """The units not simulated just before the kept unit at `index`."""
         return range(self.kept[index - 1] + 1 if index else 0, self.kept[index])
 
 
-def chunk_plan(chunks: int) -> ChunkPlan | None:
-    """The sampled chunks of a block of `chunks` K chunks, or None when no whole window could
-    be skipped (the block runs whole)."""
-    skipped = (chunks - WARM_UP_CHUNKS - WINDOW_CHUNKS - TAIL_CHUNKS) // WINDOW_CHUNKS
+def _plan(units: int, warm_up: int, width: int, tail: int) -> SamplePlan | None:
+    skipped = (units - warm_up - width - tail) // width
     if skipped < 1:
         return None
-    measured_end = WARM_UP_CHUNKS + WINDOW_CHUNKS
-    tail_start = measured_end + skipped * WINDOW_CHUNKS
-    return ChunkPlan(
-        chunks, (*range(measured_end), *range(tail_start, chunks)), WARM_UP_CHUNKS, skipped
+    measured_end = warm_up + width
+    tail_start = measured_end + skipped * width
+    return SamplePlan(
+        units, (*range(measured_end), *range(tail_start, units)), warm_up, width, skipped
     )
 
 
-def warm_groups(
-    skips: Sequence[Sequence[tuple[Region, ...]]], sides: int
-) -> tuple[tuple[tuple[Region, ...], ...], tuple[int, ...]]:
-    """Per skip (the n-th of every core), the regions its chunks read on all cores, chunk
-    by chunk across the cores, and how many cores skip there; `skips[core][n]` holds the
-    n-th skip's regions on a core, `sides` of them per chunk."""
-    groups, cores = [], []
-    for n in range(max(map(len, skips), default=0)):
-        on = [core[n] for core in skips if len(core) > n]
-        groups.append(
-            tuple(
-                region
-                for chunk in range(0, max(map(len, on)), sides)
-                for regions in on
-                for region in regions[chunk : chunk + sides]
-            )
-        )
-        cores.append(len(on))
-    return tuple(groups), tuple(cores)
+def chunk_plan(chunks: int) -> SamplePlan | None:
+    """The sampled chunks of a block of `chunks` K chunks, or None when no whole window could
+    be skipped (the block runs whole)."""
+    return _plan(chunks, WARM_UP_CHUNKS, WINDOW_CHUNKS, TAIL_CHUNKS)
+
+
+def block_plan(shapes: Sequence[Hashable], chunks: int) -> SamplePlan | None:
+    """The sampled blocks of a core's blocks of `chunks` K chunks each (too few to sample
+    within a block), given each block's shape (its extent: an edge block may be cut), or
+    None when no whole window could be skipped. The skipped blocks must repeat the window's
+    shapes in turn, so the window widens to the shapes' period (up to MAX_WINDOW_BLOCKS)."""
+    warm_up = max(WARM_UP_BLOCKS, -(-WARM_UP_CHUNKS // chunks))
+    width = 2 * -(-WINDOW_CHUNKS // (2 * chunks))
+    for wide in range(width, MAX_WINDOW_BLOCKS + 1, width):
+        plan = _plan(len(shapes), warm_up, wide, TAIL_BLOCKS)
+        if plan is None:
+            return None
+        window = shapes[plan.window : plan.window + wide]
+        skipped = range(plan.window + wide, plan.kept[plan.window + wide])
+        if all(shapes[i] == window[(i - plan.window) % wide] for i in skipped):
+            return plan
+    return None
+
+
+def kept_blocks(
+    shapes: Sequence[Hashable], rows: Sequence[int], chunks: int
+) -> Iterator[tuple[int, SamplePlan | None, str, range]]:
+    """Each block a core lowers, sampled by blocks (of `chunks` K chunks; `shapes`: each
+    one's extent): its index, its row's plan (None: the row runs whole), its place in the
+    row's measured window, and the blocks skipped just before it. A row (the blocks of a
+    cell's inner loop; `rows`: the first block of each) is sampled on its own: its blocks
+    reuse one operand and meet the other as the row before left it in L2, so a window
+    stands only for blocks of its own row."""
+    for first, end in zip(rows, [*rows[1:], len(shapes)]):
+        plan = block_plan(shapes[first:end], chunks)
+        if plan is None:
+            yield from ((block, None, "", range(0)) for block in range(first, end))
+            continue
+        for index, block in enumerate(plan.kept):
+            gap = plan.skipped_before(index)
+            yield first + block, plan, plan.mark(index), range(first + gap.start, first + gap.stop)
+
+
+@dataclass(frozen=True, slots=True)
+class Skip:
+    """Units a core did not simulate: what each K chunk of them touched (a block's drain
+    with its last chunk), after `chunks_before` chunks the core did simulate."""
+
+    chunks_before: int
+    steps: tuple[tuple[Touch, ...], ...]
+
+
+def warm_order(
+    skips: Mapping[int, Skip], arrivals: Mapping[int, int], started_cycle: int
+) -> list[Touch]:
+    """What the cores' skipped chunks touch, in the order they would have run side by side:
+    core c's j-th skipped chunk at its arrival at the skip (`arrivals[c]`, a cycle) plus j
+    chunks at the cores' mean pace so far (from `started_cycle`, the kernel's start). Cores
+    that arrive far apart stop sharing what they read in L2, as they would have; their
+    paces are not extrapolated apart (cores that read the same data keep each other
+    together: the first to read it waits for HBM, the others find it in L2)."""
+    paces = [
+        (arrivals[core] - started_cycle) / max(skip.chunks_before, 1)
+        for core, skip in skips.items()
+    ]
+    pace = sum(paces) / len(paces)
+    timed = sorted(
+        (arrivals[core] + j * pace, core, j)
+        for core, skip in skips.items()
+        for j in range(len(skip.steps))
+    )
+    return [touch for _, core, j in timed for touch in skips[core].steps[j]]
 
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """The measured chunks of one block on one core: per pipe, the queue positions
+    """The measured units (`width` of them) on one core: per pipe, the queue positions
     [start, end) of their instructions; `skipped` windows like it were not simulated."""
 
     core: int
     spans: Mapping[str, tuple[int, int]]
     skipped: int
+    width: int
 
 
 @dataclass(frozen=True, slots=True)
 class KernelSampling:
-    """What was sampled in a kernel: its blocks' chunks simulated of all, and every window."""
+    """What was sampled in a kernel: the K chunks of all its blocks on all cores, those
+    simulated, and every window."""
 
-    chunks: int  # K chunks per block
-    kept: int  # simulated per block
+    chunks: int
+    kept: int
     windows: tuple[Window, ...]
-    # per skip (the n-th of every core), the regions its chunks read on all cores, chunk by
-    # chunk as the cores would have read them side by side, and how many cores skip there
-    warm_groups: tuple[tuple[Region, ...], ...] = ()
-    warm_cores: tuple[int, ...] = ()
+    skips: tuple[tuple[Skip, ...], ...] = ()  # per core, in order
+
+    def skipping(self, group: int) -> dict[int, Skip]:
+        """The `group`-th skip of every core that skips that often, by core."""
+        return {core: skips[group] for core, skips in enumerate(self.skips) if len(skips) > group}
 
     def weights(self, core: int, pipe: str, length: int) -> list[int] | None:
         """How many times each instruction of a pipe's queue counts (None: each once)."""
@@ -164,14 +236,14 @@ def extension_cycles(
     `floor_cycles` (its skipped chunks' HBM fetches at HBM's rate). The error: per block,
     twice the standard deviation of a window by chance and of the mean, times the windows
     skipped; plus what the floor added."""
-    half = WINDOW_CHUNKS // 2
     paces: dict[int, list[tuple[Window, int, int]]] = {}  # n -> (window, duration, halves' gap)
     ordinal = dict.fromkeys(range(len(core_ends)), 0)
     for window in sampling.windows:
         start, end = window.spans[TIMED_PIPE]
         ends = timed_ends[window.core]
-        per_chunk = (end - start) // WINDOW_CHUNKS  # Cube calls per chunk
-        before, middle, last = ends[start - 1], ends[start - 1 + half * per_chunk], ends[end - 1]
+        per_unit = (end - start) // window.width  # Cube calls per unit
+        middle = ends[start - 1 + window.width // 2 * per_unit]
+        before, last = ends[start - 1], ends[end - 1]
         gap = abs((last - middle) - (middle - before))
         paces.setdefault(ordinal[window.core], []).append((window, last - before, gap))
         ordinal[window.core] += 1

@@ -94,6 +94,23 @@ class Tiling:
             single_core_extent(shape.n, self.split_n, column_align(shape, fractal[1])),
         )
 
+    def cells(
+        self, shape: MatmulShape, fractal: tuple[int, int, int]
+    ) -> list[tuple[range, tuple[int, int], tuple[int, int]]]:
+        """Every cell of the split that holds work: its batches, rows and columns."""
+        cell_b, cell_m, cell_n = self.cell_extents(shape, fractal)
+        return [
+            (
+                range(b0, min(shape.batch, b0 + cell_b)),
+                (m0, min(shape.m, m0 + cell_m)),
+                (n0, min(shape.n, n0 + cell_n)),
+            )
+            for b0 in range(0, self.split_b * cell_b, cell_b)
+            for m0 in range(0, self.split_m * cell_m, cell_m)
+            for n0 in range(0, self.split_n * cell_n, cell_n)
+            if b0 < shape.batch and m0 < shape.m and n0 < shape.n
+        ]
+
     def cores_used(self, cores: int) -> int:
         return min(cores, self.split_b * self.split_m * self.split_n)
 
