@@ -100,24 +100,30 @@ def test_a_core_samples_each_row_of_blocks_on_its_own():
     assert [mark for _, _, mark, _ in kept if mark] == ["opens", "closes"] * 2
 
 
-def test_what_sampling_skips_is_what_the_exact_run_touches_beyond_the_sampled_one():
+@pytest.mark.parametrize(
+    "name, chip",
+    [
+        ("ffn_decode", "a100"),  # K chunks sampled
+        ("linear_gelu", "ascend910"),  # rows of blocks, an epilogue that loads a bias
+        pytest.param("ffn_prefill", "h100", marks=pytest.mark.slow),  # chunks within blocks
+    ],
+)
+def test_what_sampling_skips_is_what_the_exact_run_touches_beyond_the_sampled_one(name, chip):
     """The regions the skipped units warm L2 with (reads, and the blocks' stores) are, region
     for region, those the exact program's global transfers touch and the sampled one's do
-    not: K-chunk-sampled GEMMs (ffn_decode on a100) and a block-sampled one whose epilogue
-    loads a bias (linear_gelu on ascend910)."""
-    for name, chip in (("ffn_decode", "a100"), ("linear_gelu", "ascend910")):
-        workload = load_workload(ROOT / "workloads" / f"{name}.yaml", [f"hardware={chip}"])
-        exact, sampled = (lower_workload(workload, sample).kernels for sample in (False, True))
-        assert any(kernel.sampling is not None for kernel in sampled)
-        for plain, kernel in zip(exact, sampled):
-            skipped = Counter(
-                touch
-                for skips in (kernel.sampling.skips if kernel.sampling else ())
-                for skip in skips
-                for step in skip.steps
-                for touch in step
-            )
-            assert _touched(plain) - _touched(kernel) == skipped
+    not."""
+    workload = load_workload(ROOT / "workloads" / f"{name}.yaml", [f"hardware={chip}"])
+    exact, sampled = (lower_workload(workload, sample).kernels for sample in (False, True))
+    assert any(kernel.sampling is not None for kernel in sampled)
+    for plain, kernel in zip(exact, sampled):
+        skipped = Counter(
+            touch
+            for skips in (kernel.sampling.skips if kernel.sampling else ())
+            for skip in skips
+            for step in skip.steps
+            for touch in step
+        )
+        assert _touched(plain) - _touched(kernel) == skipped
 
 
 def _touched(kernel) -> Counter:
@@ -164,6 +170,18 @@ def test_skipped_chunks_take_at_least_their_hbm_time_and_the_floor_counts_as_err
     core_ends = [2000, 2050]
     assert extension_cycles(sampling, core_ends, timed, 0) == Extension(3 * 800, 0)
     assert extension_cycles(sampling, core_ends, timed, 3000) == Extension(3000, 600)
+
+
+def test_a_chunk_window_inside_a_window_of_blocks_counts_for_both():
+    """A window of two blocks standing for two more (its instructions run 3 times) holds a
+    window of four K chunks standing for four more in each of those blocks (its
+    instructions: 3 x 5 times); its time is added 4 x 3 times, the blocks' 2 times."""
+    blocks = Window(0, {"CUBE": (2, 10)}, 2, 2, unit="block")
+    chunks = Window(0, {"CUBE": (4, 8)}, 4, 4, repeats=3)
+    sampling = KernelSampling(100, 12, (chunks, blocks))
+    assert sampling.weights(0, "CUBE", 12) == [1, 1, 3, 3, 15, 15, 15, 15, 3, 3, 1, 1]
+    ends = [100 * i for i in range(1, 13)]  # one Cube call a chunk, 100 cycles each
+    assert extension_cycles(sampling, [1200], {0: ends}, 0) == Extension(4 * 3 * 400 + 2 * 800, 0)
 
 
 @pytest.mark.slow

@@ -160,8 +160,8 @@ def lower_matmul(
 ) -> KernelProgram:
     """`chunks_by_shape` keeps the K chunks built (see `_MatmulCore._chunk`) per shape and
     tiling: they name no tensor, so every kernel of that shape and tiling can reuse them.
-    With `sample`, each block lowers the K chunks sampling.chunk_plan keeps, or, where a
-    block has too few, each core the blocks sampling.block_plan keeps."""
+    With `sample`, each row of a core's blocks lowers the blocks sampling.kept_blocks keeps,
+    and each block the K chunks sampling.chunk_plan keeps."""
     tensors = workload.tensors
     shape = gemm_shape(list(kernel.gemms), tensors)
     t = resolve_tiling(shape, workload.tiling_for(kernel.tiling_op), hw, kernel.name)
@@ -231,9 +231,10 @@ class _MatmulCore:
     ):
         self.kernel, self.workload, self.hw, self.shape, self.t = kernel, workload, hw, shape, t
         self.plan = plan  # the K chunks each block lowers, when sampled
-        self.by_blocks = by_blocks and plan is None  # else: each row's blocks block_plan keeps
-        # per window: per pipe, the queue positions of its instructions; skipped; width
-        self.windows: list[tuple[dict[str, tuple[int, int]], int, int]] = []
+        self.by_blocks = by_blocks  # each row's blocks block_plan keeps, when sampled
+        # per window: per pipe, the queue positions of its instructions; skipped; width;
+        # how many times it runs (a K-chunk window in a window of blocks: 1 + theirs); unit
+        self.windows: list[tuple[dict[str, tuple[int, int]], int, int, int, str]] = []
         self.skips: list[Skip] = []  # what each skip's units touched, in order
         self.chunks_run = [0, 0]  # K chunks of the core's blocks: all, and those lowered
         self.times = 1  # how many chunks the chunk being lowered counts for (sampling.py)
@@ -262,7 +263,7 @@ class _MatmulCore:
         """The core's program for its cells (batches, rows, columns), one after another."""
         t, shape = self.t, self.shape
         core = self.core = CoreBuilder()
-        chunk_k = t.base_k * t.step_k
+        chunk_k = self.chunk_k = t.base_k * t.step_k
         g = len(self.bs)
         self.l1_a = SlotRing(core, "L1", t.base_m * chunk_k * shape.a_bytes, t.buffers)
         self.l1_b = [
@@ -311,13 +312,13 @@ class _MatmulCore:
                 (b, (bm, min(m1, bm + t.base_m)), (bn, min(n1, bn + t.base_n)), (n0, n1))
                 for b, bm, bn in in_cell
             ]
-        self._emit_steps(self._plan_steps(blocks, row_starts, chunk_k))
+        self._emit_steps(self._plan_steps(blocks, row_starts))
         return core
 
-    def _plan_steps(self, blocks: list[_Block], row_starts: list[int], chunk_k: int) -> list[_Step]:
+    def _plan_steps(self, blocks: list[_Block], row_starts: list[int]) -> list[_Step]:
         """Each (block, K chunk) the core lowers, with the L1 chunks it needs and whether each
         is fresh: a chunk equal to the one staged just before is reused in place."""
-        every = range(-(-self.shape.k // chunk_k))
+        every = range(-(-self.shape.k // self.chunk_k))
         kept_chunks = every if self.plan is None else self.plan.kept
         staged: dict[int, Region | None] = {}
         steps: list[_Step] = []
@@ -330,52 +331,46 @@ class _MatmulCore:
         for block, of_blocks, mark, skipped_blocks in chosen:
             b, rows, cols, cell_cols = blocks[block]
             for index, chunk in enumerate(kept_chunks):
-                depth = (chunk * chunk_k, min(self.shape.k, (chunk + 1) * chunk_k))
+                depth = self._depth(chunk)
                 keys = self._regions(b, rows, cols, depth)
                 fresh = [staged.get(side) != key for side, key in enumerate(keys)]
                 staged.update(enumerate(keys))
-                plan, window = of_blocks, ""
-                skipped: tuple[tuple[Touch, ...], ...] = ()
-                if self.plan is not None:
+                plan, window = None, ""
+                if self.plan is not None and self.plan.mark(index):  # a window of K chunks
                     plan, window = self.plan, self.plan.mark(index)
+                if (index, mark) in ((0, OPENS), (len(kept_chunks) - 1, CLOSES)):  # of blocks
+                    plan, window = of_blocks, mark
+                gaps = () if self.plan is None else self.plan.skipped_before(index)
+                skipped = tuple(self._touches(blocks[block], gap) for gap in gaps)
+                if index == 0:  # after the blocks skipped just before (its chunks skip none)
                     skipped = tuple(
-                        self._reads(b, rows, cols, gap, chunk_k)
-                        for gap in self.plan.skipped_before(index)
-                    )
-                elif index == 0:  # the block's first chunk opens its window, or follows a skip
-                    window = mark if mark == OPENS else ""
-                    skipped = tuple(
-                        step
+                        self._touches(blocks[gap], k, k == every[-1])
                         for gap in skipped_blocks
-                        for step in self._block_touches(blocks[gap], len(every), chunk_k)
+                        for k in every
                     )
-                if index == len(kept_chunks) - 1 and mark == CLOSES:
-                    window = CLOSES
                 steps.append(
                     _Step(b, rows, cols, depth, keys, fresh, cell_cols, window, skipped, plan)
                 )
         self.chunks_run = [len(blocks) * len(every), len(steps)]
         return steps
 
-    def _reads(
-        self, b: int, rows: tuple[int, int], cols: tuple[int, int], chunk: int, chunk_k: int
-    ) -> tuple[Touch, ...]:
-        """What K chunk `chunk` of a block reads: the L1 chunk of each side."""
-        depth = (chunk * chunk_k, min(self.shape.k, (chunk + 1) * chunk_k))
-        return tuple((region, False) for region in self._regions(b, rows, cols, depth))
+    def _depth(self, chunk: int) -> tuple[int, int]:
+        """The K range of K chunk `chunk`."""
+        return chunk * self.chunk_k, min(self.shape.k, (chunk + 1) * self.chunk_k)
 
-    def _block_touches(self, block: _Block, chunks: int, chunk_k: int) -> list[tuple[Touch, ...]]:
-        """What a block touches, K chunk by K chunk: each one's reads, and with the last one
-        its drain's (the epilogue's loads, and the stores)."""
+    def _touches(self, block: _Block, chunk: int, drains: bool = False) -> tuple[Touch, ...]:
+        """What K chunk `chunk` of a block reads (the L1 chunk of each side), and if it
+        `drains` the block, what its drain touches (the epilogue's loads, and the stores)."""
         b, rows, cols, _ = block
-        steps = [self._reads(b, rows, cols, chunk, chunk_k) for chunk in range(chunks)]
+        reads = tuple(
+            (region, False) for region in self._regions(b, rows, cols, self._depth(chunk))
+        )
+        if not drains:
+            return reads
         row0, row1 = b * self.shape.m + rows[0], b * self.shape.m + rows[1]
-        if self.chain is None:
-            drain = tuple((Region(out, row0, row1, *cols), True) for *_, out in self.bs)
-        else:
-            drain = self.chain.touches(row0, row1, *cols)
-        steps[-1] += drain  # with the last chunk
-        return steps
+        if self.chain is not None:
+            return (*reads, *self.chain.touches(row0, row1, *cols))
+        return (*reads, *((Region(out, row0, row1, *cols), True) for *_, out in self.bs))
 
     def _regions(
         self, b: int, rows: tuple[int, int], cols: tuple[int, int], depth: tuple[int, int]
@@ -398,7 +393,8 @@ class _MatmulCore:
                 last_use[(side, current)] = index
         slot_of = {}
         acc_slots: list[int] = []
-        window_starts: dict[str, int] = {}
+        # the windows open (a window of blocks may hold K-chunk windows): queue positions
+        opened: dict[int, tuple[dict[str, int], SamplePlan]] = {}  # by id of their plan
         for index, step in enumerate(steps):
             b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1), window, skipped, plan = step
             rows, cols = bm1 - bm, bn1 - bn
@@ -407,8 +403,8 @@ class _MatmulCore:
                 self.skips.append(Skip(index, skipped))
                 warms = len(self.skips) - 1
             if window == OPENS and plan is not None:
-                window_starts = {pipe: len(queue) for pipe, queue in core.queues.items()}
-                self.times = 1 + plan.skipped
+                opened[id(plan)] = ({pipe: len(q) for pipe, q in core.queues.items()}, plan)
+                self.times *= 1 + plan.skipped
             for side, region in enumerate(keys):
                 if fresh[side]:
                     elem = self.shape.a_bytes if side == 0 else self.shape.b_bytes
@@ -434,13 +430,16 @@ class _MatmulCore:
             if kc1 == self.shape.k:
                 self._drain(b, bm, rows, bn, cols, acc_slots, n0, n1)
             if window == CLOSES and plan is not None:  # after the drain of a closing block
+                starts, _ = opened.pop(id(plan))
                 spans = {
                     pipe: (start, len(core.queues[pipe]))
-                    for pipe, start in window_starts.items()
+                    for pipe, start in starts.items()
                     if len(core.queues[pipe]) > start
                 }
-                self.windows.append((spans, plan.skipped, plan.width))
-                self.times = 1
+                repeats = self.times // (1 + plan.skipped)  # the windows around it
+                unit = "chunk" if plan is self.plan else "block"
+                self.windows.append((spans, plan.skipped, plan.width, repeats, unit))
+                self.times = repeats
 
     def _chunk(
         self, rows: int, cols: int, kc: int, kc1: int, sides: tuple, acc_slots: list[int]

@@ -2,17 +2,19 @@
 
 A core computes each output block of a matmul as a run of K chunks that stage, move and
 multiply the same bytes at the same rates, and a row of blocks (its cell's inner loop) as
-blocks that do the same work on other columns (or rows). Lowering samples one or the other:
+blocks that do the same work on other columns (or rows). Lowering samples both:
 
 - a block of many K chunks (`chunk_plan`): its first WARM_UP_CHUNKS are simulated (the
   pipeline fills, the first reads find what was left in L2, cores drift apart), then a
   window of WINDOW_CHUNKS that is measured, and the tail (the last chunk may be short, and
   the block's drain follows it); the chunks between are not lowered;
-- else a row of many blocks (`kept_blocks`, `block_plan`): its first blocks, a window of
+- a row of many blocks (`kept_blocks`, `block_plan`): its first blocks, a window of
   whole blocks (as wide as the period of the blocks' shapes: an edge block may be cut) and
-  its last block; the blocks between, with their drains, are not lowered. Each row is
-  sampled on its own: its blocks share one operand and find the other as the row before
-  left it in L2, so a window stands only for blocks of its own row.
+  its last block; the blocks between, with their drains, are not lowered (the chunks of
+  the blocks kept are sampled as above: a window of chunks inside a window of blocks
+  stands for its chunks in every block that window stands for). Each row is sampled on
+  its own: its blocks share one operand and find the other as the row before left it in
+  L2, so a window stands only for blocks of its own row.
 
 What is not lowered is taken to repeat the window `skipped` times over:
 
@@ -89,6 +91,8 @@ class SamplePlan:
 
 
 def _plan(units: int, warm_up: int, width: int, tail: int) -> SamplePlan | None:
+    """Keep `warm_up` units, a window of `width`, at least `tail` last ones; skip whole
+    windows between."""
     skipped = (units - warm_up - width - tail) // width
     if skipped < 1:
         return None
@@ -106,9 +110,9 @@ def chunk_plan(chunks: int) -> SamplePlan | None:
 
 
 def block_plan(shapes: Sequence[Hashable], chunks: int) -> SamplePlan | None:
-    """The sampled blocks of a core's blocks of `chunks` K chunks each (too few to sample
-    within a block), given each block's shape (its extent: an edge block may be cut), or
-    None when no whole window could be skipped. The skipped blocks must repeat the window's
+    """The sampled blocks of a row of blocks of `chunks` K chunks each, given each block's
+    shape (its extent: an edge block may be cut), or None when no whole window could be
+    skipped. The skipped blocks must repeat the window's
     shapes in turn, so the window widens to the shapes' period (up to MAX_WINDOW_BLOCKS)."""
     warm_up = max(WARM_UP_BLOCKS, -(-WARM_UP_CHUNKS // chunks))
     width = 2 * -(-WINDOW_CHUNKS // (2 * chunks))
@@ -182,6 +186,8 @@ class Window:
     spans: Mapping[str, tuple[int, int]]
     skipped: int
     width: int
+    repeats: int = 1  # how many times it runs: a window of K chunks in a window of blocks
+    unit: str = "chunk"  # what it measures: K chunks of a block, or blocks of a row
 
 
 @dataclass(frozen=True, slots=True)
@@ -206,8 +212,9 @@ class KernelSampling:
         if not spans:
             return None
         weights = [1] * length
-        for (start, end), skipped in spans:
-            weights[start:end] = [1 + skipped] * (end - start)
+        for (start, end), skipped in spans:  # a window in a window counts for both
+            for position in range(start, end):
+                weights[position] *= 1 + skipped
         return weights
 
 
@@ -232,12 +239,15 @@ def extension_cycles(
     between a window's halves measures chance, so each core's pace is the mean of the n-th
     windows plus the share of its own difference that chance does not explain (the slowest
     of a hundred windows is otherwise an outlier, not a pace). Each core adds its skipped
-    windows at its pace; the kernel ends when its slowest core would, but never sooner than
-    `floor_cycles` (its skipped chunks' HBM fetches at HBM's rate). The error: per block,
-    twice the standard deviation of a window by chance and of the mean, times the windows
-    skipped; plus what the floor added."""
-    paces: dict[int, list[tuple[Window, int, int]]] = {}  # n -> (window, duration, halves' gap)
-    ordinal = dict.fromkeys(range(len(core_ends)), 0)
+    windows at its pace (as many times over as a window runs: one of K chunks inside a
+    window of blocks stands for its chunks in every block that window stands for); the
+    kernel ends when its slowest core would, but never sooner than `floor_cycles` (its
+    skipped units' HBM fetches at HBM's rate). The error: per n-th window, twice the
+    standard deviation of a window by chance and of the mean, times the windows skipped;
+    plus what the floor added."""
+    # (unit, n) -> the n-th windows of that unit on every core: (window, duration, halves' gap)
+    paces: dict[tuple[str, int], list[tuple[Window, int, int]]] = {}
+    ordinal: dict[tuple[int, str], int] = {}
     for window in sampling.windows:
         start, end = window.spans[TIMED_PIPE]
         ends = timed_ends[window.core]
@@ -245,8 +255,8 @@ def extension_cycles(
         middle = ends[start - 1 + window.width // 2 * per_unit]
         before, last = ends[start - 1], ends[end - 1]
         gap = abs((last - middle) - (middle - before))
-        paces.setdefault(ordinal[window.core], []).append((window, last - before, gap))
-        ordinal[window.core] += 1
+        n = ordinal[window.core, window.unit] = ordinal.get((window.core, window.unit), -1) + 1
+        paces.setdefault((window.unit, n), []).append((window, last - before, gap))
     added = dict.fromkeys(range(len(core_ends)), 0.0)
     error = 0.0
     for samples in paces.values():
@@ -255,10 +265,11 @@ def extension_cycles(
         spread = sum((d - mean) ** 2 for d in durations) / len(durations)
         noise = sum(g * g for _, _, g in samples) / len(samples)  # var(h2 - h1) = var(h1 + h2)
         kept = 0.0 if spread <= noise else 1 - noise / spread  # of a core's own difference
-        skipped = max(window.skipped for window, _, _ in samples)
+        skipped = max(window.skipped * window.repeats for window, _, _ in samples)
         error += skipped * 2 * math.sqrt(noise + spread / len(durations))
         for window, duration, _ in samples:
-            added[window.core] += window.skipped * (mean + kept * (duration - mean))
+            pace = mean + kept * (duration - mean)
+            added[window.core] += window.skipped * window.repeats * pace
     finished = max(core_ends)
     cycles = max(0, round(max(end + added[core] for core, end in enumerate(core_ends))) - finished)
     raised = max(0, floor_cycles - cycles)
