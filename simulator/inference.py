@@ -19,8 +19,8 @@ turns them off:
 - Contexts: decode steps are simulated at `decode_points` contexts spread over the
   generation, first and last included, and steps between two of them interpolated linearly
   in the context (only attention changes with it, and its work grows linearly).
-- Chunks and blocks (`sample=True`): a matmul block of many K chunks (else a row of many
-  blocks) simulates its first ones, a measured window and its last ones; those between
+- Chunks and blocks (`sample=True`): a matmul block of many K chunks, and a row of many
+  blocks, simulates its first ones, a measured window and its last ones; those between
   repeat the window (schedule/sampling.py).
 """
 

@@ -45,7 +45,7 @@ from ..schedule.program import (
     transfer_rate,
 )
 from ..schedule.sampling import TIMED_PIPE as TIMED
-from ..schedule.sampling import Extension, extension_cycles, warm_order
+from ..schedule.sampling import Extension, Skip, extension_cycles, warm_order
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
@@ -162,9 +162,9 @@ class World:
         self.spans: list[KernelSpan] = []
         self.kernel_started = 0  # the cycle the running kernel's cores began
         self.kernel: KernelProgram | None = None  # the running kernel
-        # per skip not yet warmed: the cycle each core got past it, and what the cores past
-        # it touched since (see warm)
-        self.past_skips: dict[int, tuple[dict[int, int], list[Region]]] = {}
+        # per skip not yet warmed: the cycle each core got past it, what the cores past it
+        # touched since, and every core's skip there (see warm)
+        self.past_skips: dict[int, tuple[dict[int, int], list[Region], dict[int, Skip]]] = {}
         self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
         self.max_cores = max((len(k.cores) for k in program.kernels), default=1)
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
@@ -406,9 +406,10 @@ class World:
         sampling = None if self.kernel is None else self.kernel.sampling
         if sampling is None:
             return
-        arrivals, since = self.past_skips.setdefault(group, ({}, []))
+        if group not in self.past_skips:
+            self.past_skips[group] = ({}, [], sampling.skipping(group))
+        arrivals, since, skipping = self.past_skips[group]
         arrivals[core] = int(self.env.now)
-        skipping = sampling.skipping(group)
         if len(arrivals) < len(skipping):
             return
         del self.past_skips[group]
@@ -417,7 +418,7 @@ class World:
     def touched(self, core: int, region: Region) -> None:
         """A transfer of `core` touched `region` of global memory after the core passed a
         skip that other cores have yet to reach (see warm)."""
-        for cores, since in self.past_skips.values():
+        for cores, since, _ in self.past_skips.values():
             if core in cores:
                 since.append(region)
 

@@ -69,11 +69,10 @@ Touch = tuple[Region, bool]  # a region a skipped unit read (False) or wrote (Tr
 
 @dataclass(frozen=True, slots=True)
 class SamplePlan:
-    """Which of `units` repeating units (a block's K chunks, or a core's blocks) are
-    simulated: `kept` (indices, in order), of which kept[window : window + width] are
-    measured and stand for `skipped` more windows of units that are not simulated."""
+    """Which repeating units (a block's K chunks, or a row's blocks) are simulated: `kept`
+    (indices, in order), of which kept[window : window + width] are measured and stand for
+    `skipped` more windows of units that are not simulated."""
 
-    units: int
     kept: tuple[int, ...]
     window: int
     width: int
@@ -98,9 +97,7 @@ def _plan(units: int, warm_up: int, width: int, tail: int) -> SamplePlan | None:
         return None
     measured_end = warm_up + width
     tail_start = measured_end + skipped * width
-    return SamplePlan(
-        units, (*range(measured_end), *range(tail_start, units)), warm_up, width, skipped
-    )
+    return SamplePlan((*range(measured_end), *range(tail_start, units)), warm_up, width, skipped)
 
 
 def chunk_plan(chunks: int) -> SamplePlan | None:
