@@ -6,6 +6,7 @@ model. The benchmark uses it to show what the event rate of a process per pipe w
 
 from __future__ import annotations
 
+from array import array
 from collections import deque
 from functools import partial
 
@@ -23,13 +24,12 @@ class ProcessPerPipeWorld(World):
         for index, kernel in enumerate(self.program.kernels):
             start = int(self.env.now)
             yield self.env.timeout(kernel_start_cycle(index, start, self.hw) - start)
-            run = int(self.env.now)
-            pipes = []
+            run, pipes, first_log = int(self.env.now), [], len(self.pipe_logs)
             for core_index, core in enumerate(kernel.cores):
                 flags = [[count, []] for count in core.flag_initial]
                 for pipe, queue in core.queues.items():
                     if queue:
-                        log = PipeLog(index, core_index, pipe, queue, [])
+                        log = PipeLog(index, core_index, pipe, queue, array("q"))
                         self.pipe_logs.append(log)
                         pipes.append(
                             self.env.process(
@@ -43,6 +43,7 @@ class ProcessPerPipeWorld(World):
                             )
                         )
             yield self.env.all_of(pipes)
+            self._count_occupancy(index, self.pipe_logs[first_log:])
             self.spans.append(KernelSpan(index, start, int(self.env.now), run))
 
     def _pipe(self, log, core, flags, depth, transfers):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Iterator, NamedTuple, Sequence
+from typing import Iterator, MutableSequence, NamedTuple, Sequence
 
 from ..schedule.program import GlobalTransfer, Instruction, Transfer
 
@@ -61,9 +61,9 @@ class PipeLog:
     core: int
     pipe: str
     instrs: Sequence[Instruction]
-    logged: list[int]
+    logged: MutableSequence[int]  # LOGGED ints, flat (an int64 array)
 
-    def column(self, field: str) -> list[int]:
+    def column(self, field: str) -> Sequence[int]:
         """One LOGGED field of every executed instruction."""
         return self.logged[LOGGED.index(field) :: len(LOGGED)]
 

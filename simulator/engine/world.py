@@ -22,6 +22,7 @@ checks it), at about a seventh of the events.
 from __future__ import annotations
 
 import math
+from array import array
 from collections import deque
 from functools import partial
 from itertools import chain
@@ -91,7 +92,7 @@ class _Pipe:
         self, name: str, queue: Sequence[Instruction], clock: int, depth: int, per_tensor: bool
     ):
         self.name, self.queue, self.position, self.clock = name, queue, 0, clock
-        self.logged: list[int] = []  # see LOGGED
+        self.logged = array("q")  # see LOGGED: 8 bytes an int, where a list holds ~36
         self.depth = depth
         self.in_flight = 0
         self.blocked = False  # waits for a transfer of its own to land
@@ -166,7 +167,7 @@ class World:
         # touched since, and every core's skip there (see warm)
         self.past_skips: dict[int, tuple[dict[int, int], list[Region], dict[int, Skip]]] = {}
         self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
-        self.max_cores = max((len(k.cores) for k in program.kernels), default=1)
+        self.peak_occupancy = dict.fromkeys(self.buffers, 0)  # see _count_occupancy
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {
             path: (engine.latency_cycles, rate)
@@ -223,7 +224,7 @@ class World:
             int(self.env.now),
             self.l2.hits,
             self.l2.misses,
-            self._peak_occupancy(),
+            self.peak_occupancy,
             executed,
         )
 
@@ -287,6 +288,9 @@ class World:
                 )
                 self._move(state)
             yield self.env.all_of(cores_done)
+            self.shaped_rates.clear()  # keyed by this kernel's instructions: never seen again
+            self.private_cycles.clear()
+            self._count_occupancy(index, self.pipe_logs[first_log:])
             end = max((done.value for done in cores_done), default=self.env.now)
             extension = Extension(0, 0)
             if kernel.sampling is not None:
@@ -490,89 +494,86 @@ class World:
         hbm_bytes: int,
     ) -> None:
         """An instruction is done: set its flags and log it (its slots, taken at its start and
-        freed at its end, are counted after the run: see _peak_occupancy)."""
+        freed at its end, are counted after the kernel: see _count_occupancy)."""
         for flag_id in instr.sets:  # set_flag: a token at `end`; wake the pipe waiting
             flag = state.flags[flag_id]
             flag.tokens.append(end)
             if flag.waiter is not None:
                 state.ready.append(flag.waiter)
                 flag.waiter = None
-        pipe.logged += (start, end, wait_data, wait_slot, bandwidth_wait, hit_bytes, hbm_bytes)
+        pipe.logged.extend((start, end, wait_data, wait_slot, bandwidth_wait, hit_bytes, hbm_bytes))
 
-    def _peak_occupancy(self) -> dict[str, int]:
-        """The most bytes each buffer held on any core of any kernel, from the pipe logs: an
-        instruction takes its slot at its start and frees its slots at its end (at one cycle,
-        frees count before takes). Above capacity is a bug."""
+    def _count_occupancy(self, index: int, logs: Sequence[PipeLog]) -> None:
+        """Fold the most bytes each buffer held on any core of kernel `index` into
+        `peak_occupancy`, from its pipe logs: an instruction takes its slot at its start and
+        frees its slots at its end (at one cycle, frees count before takes). Kernel by kernel,
+        so the arrays are one kernel's. Above capacity is a bug."""
         buffers = self.buffers
-        core_buffers = len(self.program.kernels) * self.max_cores * len(buffers)
-        if self.env.now >= 1 << (_TIME_BITS - 1) or core_buffers >= 1 << (63 - _TIME_BITS):
+        if self.env.now >= 1 << (_TIME_BITS - 1):
             raise InvariantError(
-                f"a run of {self.env.now:,} cycles over {core_buffers:,} buffers "
-                "is too large to check buffer occupancy"
+                f"a run of {self.env.now:,} cycles is too long to check buffer occupancy"
             )
-        peak = dict.fromkeys(buffers, 0)
-        keys, changes = self._slot_changes()
+        keys, changes = _slot_changes(logs, buffers)
         if not len(keys):
-            return peak
+            return
         order = np.argsort(keys, kind="stable")  # fast: the keys come in long sorted runs
         groups, held = keys[order] >> _TIME_BITS, np.cumsum(changes[order])
         first = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
         before = np.r_[0, held[first[1:] - 1]]  # the running sum each group inherits
         held -= np.repeat(before, np.diff(np.r_[first, len(groups)]))
         group_peak, group = np.maximum.reduceat(held, first), groups[first]
-        for buffer, index in buffers.items():
-            mine = np.flatnonzero(group % len(buffers) == index)
+        kernel = self.program.kernels[index]
+        for buffer, number in buffers.items():
+            mine = np.flatnonzero(group % len(buffers) == number)
             if not len(mine):
                 continue
-            peak[buffer] = int(group_peak[mine].max())
-            capacity = np.array([k.capacity_bytes(self.hw, buffer) for k in self.program.kernels])
-            kernel_of = group[mine] // len(buffers) // self.max_cores
-            over = np.flatnonzero(group_peak[mine] > capacity[kernel_of])
-            if len(over):
-                at = mine[over[0]]
-                kernel, core = divmod(int(group[at]) // len(buffers), self.max_cores)
+            at = mine[np.argmax(group_peak[mine])]
+            most, capacity = int(group_peak[at]), kernel.capacity_bytes(self.hw, buffer)
+            if most > capacity:
                 raise InvariantError(
-                    f"{buffer} of core {core} in kernel {kernel} holds "
-                    f"{int(group_peak[at])} B > capacity {capacity[kernel]} B"
+                    f"{buffer} of core {int(group[at]) // len(buffers)} in kernel {index} "
+                    f"holds {most} B > capacity {capacity} B"
                 )
-        return peak
+            self.peak_occupancy[buffer] = max(self.peak_occupancy[buffer], most)
 
-    def _slot_changes(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every slot taken or freed in the run, from the pipe logs: its sort key (kernel, core
-        and buffer in the high bits, then twice the cycle, plus one for a take so that frees
-        come first) and its bytes (negative when freed)."""
-        logs, buffers = self.pipe_logs, self.buffers
-        # what an instruction takes and frees, numbered per distinct pattern (a few dozen)
-        patterns: dict[tuple, int] = {}
-        pattern_of = {
-            instr: patterns.setdefault(
-                ((instr.acquire,) if instr.acquire else (), instr.release), len(patterns)
-            )
-            for instr in dict.fromkeys(chain.from_iterable(log.instrs for log in logs))
-        }
-        instructions = sum(len(log.instrs) for log in logs)
 
-        def gathered(values_of: Callable[[PipeLog], Iterable[int]]) -> np.ndarray:
-            """One value per instruction of every log, as one array."""
-            return np.fromiter(chain.from_iterable(map(values_of, logs)), np.int64, instructions)
+def _slot_changes(
+    logs: Sequence[PipeLog], buffers: dict[str, int]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Every slot taken or freed in one kernel's logs: its sort key (core and buffer in the
+    high bits, then twice the cycle, plus one for a take so that frees come first) and its
+    bytes (negative when freed)."""
+    # what an instruction takes and frees, numbered per distinct pattern (a few dozen;
+    # looked up per instruction run, as a map of every instruction would be the largest
+    # object of a run)
+    patterns: dict[tuple, int] = {}
 
-        pattern = gathered(lambda log: map(pattern_of.__getitem__, log.instrs))
-        take_at = 2 * gathered(lambda log: log.column("start_cycle")) + 1
-        free_at = 2 * gathered(lambda log: log.column("end_cycle"))
-        group_of = np.repeat(
-            np.array([log.kernel * self.max_cores + log.core for log in logs], dtype=np.int64),
-            [len(log.instrs) for log in logs],
-        ) * len(buffers)
-        keys, changes = [], []
-        for (taken, freed), number in patterns.items():
-            mine = np.flatnonzero(pattern == number)
-            for slots, at, sign in ((taken, take_at, 1), (freed, free_at, -1)):
-                for buffer, nbytes in slots:
-                    keys.append(((group_of[mine] + buffers[buffer]) << _TIME_BITS) + at[mine])
-                    changes.append(np.full(len(mine), sign * nbytes, dtype=np.int64))
-        if not keys:
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        return np.concatenate(keys), np.concatenate(changes)
+    def pattern_of(instr: Instruction) -> int:
+        slots = ((instr.acquire,) if instr.acquire else (), instr.release)
+        return patterns.setdefault(slots, len(patterns))
+
+    instructions = sum(len(log.instrs) for log in logs)
+
+    def gathered(values_of: Callable[[PipeLog], Iterable[int]]) -> np.ndarray:
+        """One value per instruction of every log, as one array."""
+        return np.fromiter(chain.from_iterable(map(values_of, logs)), np.int64, instructions)
+
+    pattern = gathered(lambda log: map(pattern_of, log.instrs))
+    take_at = 2 * gathered(lambda log: log.column("start_cycle")) + 1
+    free_at = 2 * gathered(lambda log: log.column("end_cycle"))
+    group_of = np.repeat(
+        np.array([log.core for log in logs], dtype=np.int64), [len(log.instrs) for log in logs]
+    ) * len(buffers)
+    keys, changes = [], []
+    for (taken, freed), number in patterns.items():
+        mine = np.flatnonzero(pattern == number)
+        for slots, at, sign in ((taken, take_at, 1), (freed, free_at, -1)):
+            for buffer, nbytes in slots:
+                keys.append(((group_of[mine] + buffers[buffer]) << _TIME_BITS) + at[mine])
+                changes.append(np.full(len(mine), sign * nbytes, dtype=np.int64))
+    if not keys:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(keys), np.concatenate(changes)
 
 
 def simulate_program(program: Program, hw: Hardware, max_cycles: int | None = None) -> Trace:

@@ -9,9 +9,10 @@ per slot: `ready` (data written, cause of a wait: "data") and `free`
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import KW_ONLY, dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from ..config.hardware import CONVERT, Hardware
 from ..cost import block_packets, run_packets, shaped_rate, strided_read_factor, vector_op_cycles
@@ -23,11 +24,13 @@ PIPES = ("MTE2", "MTE1", "CUBE", "FIXPIPE", "VECTOR", "MTE3")
 UNIT_OF_PIPE = {"CUBE": "cube", "VECTOR": "vector"}  # a pipe named by its unit in reports
 # The keys of a report's utilization, in order: each pipe's unit, then the shared memories.
 UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
+_T = TypeVar("_T")
 
 
-# Each instruction costs about 660 bytes while the program is built and run (measured: a
-# 1.64 M-instruction prefill layer on a100 peaked at 1.08 GB): past this many, about 5 GB, a
-# run would exhaust a laptop's memory long before it finished, so it is refused up front.
+# Each instruction costs about 420 bytes while the program is built and run (measured: the
+# 1.69 M-instruction LLaMA-2-7B 2048-token prefill layer on a100 peaked at 0.71 GB, lowering
+# 0.51 GB of it): past this many, about 3.4 GB, a run would exhaust a laptop's memory long
+# before it finished, so it is refused up front.
 # Four layers of a 2048-token LLaMA-2-7B prefill on a100, infer's first run, need 6.6 M.
 MAX_INSTRUCTIONS = 8_000_000
 
@@ -168,15 +171,23 @@ class Draft:
                 self.pipe,
                 self.label,
                 nbytes=self.nbytes,
-                reads=self.reads,
-                writes=self.writes,
-                waits=tuple(self.waits),
-                sets=tuple(self.sets),
-                acquire=self.acquire,
-                release=tuple(self.release),
+                reads=_shared(self.reads),
+                writes=_shared(self.writes),
+                waits=_shared(tuple(self.waits)),
+                sets=_shared(tuple(self.sets)),
+                acquire=_shared(self.acquire),
+                release=_shared(tuple(self.release)),
                 **self.fields,
             )
         return self._built
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _shared(value: _T) -> _T:
+    """One object for every equal value: millions of instructions carry the same few
+    synchronisation and level tuples, and sharing them saves about a third of a program's
+    memory."""
+    return value
 
 
 def transfer_packets(instr: GlobalTransfer, program: Program, packet_bytes: int) -> int:
