@@ -11,9 +11,10 @@ from contextlib import contextmanager
 
 @contextmanager
 def gc_paused() -> Iterator[None]:
-    """Pause the collector: a run allocates millions of records and no reference cycles, and
-    every collection would rescan them all. Worker processes forked inside inherit the
-    pause."""
+    """Pause the collector: a run allocates millions of records, and every collection would
+    rescan them all. What a run leaves in reference cycles (the engine's and SimPy's) the
+    pipeline collects once the run is over (pipeline._simulate). Worker processes forked
+    inside inherit the pause."""
     collecting = gc.isenabled()
     gc.disable()
     try:

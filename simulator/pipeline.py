@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
@@ -73,6 +74,9 @@ def _simulate(workload: Workload, max_cycles: int | None, sample: bool) -> Simul
     record = analyse(
         trace, program, workload.hardware, workload.name, _provenance(workload, __version__)
     )
+    del program, trace
+    if not gc.isenabled():  # paused (gc_pause): free what the run left in reference cycles,
+        gc.collect(0)  # or each run of a request or sweep would keep its whole program
     return SimulationReport.of(record)
 
 

@@ -227,6 +227,24 @@ def test_the_cli_pauses_the_garbage_collector_and_library_calls_do_not(monkeypat
     assert gc.isenabled()
 
 
+def test_a_paused_collector_keeps_nothing_of_a_finished_run():
+    """Under the CLI's pause a run's reference cycles (engine, SimPy) are collected as it
+    ends: otherwise every step of a request kept its whole program (llama2-7b on h100,
+    2048 + 128 sampled: 1.39 GB, against 0.73 GB)."""
+    import gc
+
+    from simulator import load_workload, simulate
+    from simulator.engine.world import World
+    from simulator.gc_pause import gc_paused
+
+    workload = load_workload(ROOT / "workloads" / "matmul_residual_rmsnorm.yaml")
+    gc.collect()  # runs of tests before
+    with gc_paused():
+        simulate(workload)
+        worlds = [o for o in gc.get_objects() if isinstance(o, World)]
+    assert not worlds
+
+
 def test_help_and_import_leave_the_heavy_libraries_unloaded():
     """`--help` and `import simulator` stay quick because numpy, networkx, matplotlib and
     SimPy load only when a run needs them (benchmarks/engine_speed.py times the start-up)."""
