@@ -52,7 +52,7 @@ from .l2cache import L2Cache
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
 from .transfer import AfterTheCycle, EngineQueue, TransferInFlight, landing_delay
 
-_TIME_BITS = 41  # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _peak_occupancy)
+_TIME_BITS = 41  # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _count_occupancy)
 # The longest run the simulator follows (its occupancy check needs 2 x cycle + 1 < 2**41):
 # about 18 minutes of simulated time at 1 GHz, far beyond any kernel sequence of one chip.
 MAX_RUN_CYCLES = (1 << (_TIME_BITS - 1)) - 1
