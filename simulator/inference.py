@@ -18,7 +18,8 @@ turns them off:
   layer gives the four-layer run's time within 0.2%).
 - Contexts: decode steps are simulated at `decode_points` contexts spread over the
   generation, first and last included, and steps between two of them interpolated linearly
-  in the context (only attention changes with it, and its work grows linearly).
+  in the context (only attention changes with it, and its work grows linearly, in steps of
+  its blocks); the method states the most the line can miss that staircase by.
 - Chunks and blocks (`sample=True`): a matmul block of many K chunks, and a row of many
   blocks, simulates its first ones, a measured window and its last ones; those between
   repeat the window (schedule/sampling.py).
@@ -44,7 +45,13 @@ from .config.transformer import (
 )
 from .cost import all_gather_cycles, all_reduce_cycles
 from .errors import ConfigError, InvariantError, SimulatorError, TooLargeError, check_count
-from .inference_report import TIME_CLASSES, Footprint, InferenceReport, StepTime
+from .inference_report import (
+    TIME_CLASSES,
+    Footprint,
+    InferenceReport,
+    StepTime,
+    interpolation_note,
+)
 from .ops import DTYPE_BYTES
 from .pipeline import plan_kernels
 from .report import SimulationReport
@@ -243,6 +250,7 @@ def infer(
                 if every
                 else f"); decode simulated at {len(sampled)} of {len(contexts):,} contexts "
                 f"({', '.join(map(str, sampled))}), interpolated between them"
+                + interpolation_note(decode)
             )
         )
     )

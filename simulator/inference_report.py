@@ -4,7 +4,7 @@ token, energy per token), with what produced them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -91,13 +91,13 @@ class InferenceReport:
 
     def decode_sum(self, value: Callable[[StepTime], float]) -> float:
         """`value` summed over every decode step, those between two simulated steps taken on
-        the line between them: a stretch of n steps from a (included) to b (not) sums to
-        n·a + (b − a)(n − 1)/2."""
-        total = 0.0
-        for a, b in zip(self.decode, self.decode[1:]):
-            n, first, after = b.context - a.context, value(a), value(b)
-            total += n * first + (after - first) * (n - 1) / 2
-        return total + (value(self.decode[-1]) if self.decode else 0.0)
+        the line between them."""
+        return line_sum(self.decode, value)
+
+    @property
+    def interpolation_error(self) -> float | None:
+        """See `interpolation_error` (the function)."""
+        return interpolation_error(self.decode)
 
     @property
     def tpot_us(self) -> dict[str, float] | None:
@@ -179,6 +179,7 @@ class InferenceReport:
             "memory_footprint": self.footprint.to_dict(),
             "energy_j": self.energy_j(),
             "decode_cycles": decode_cycles,
+            "decode_interpolation_error": self.interpolation_error,
             "steps": [
                 {
                     "phase": s.phase,
@@ -194,6 +195,45 @@ class InferenceReport:
             "undefined": self.undefined,
             "provenance": dict(self.provenance),
         }
+
+
+def line_sum(steps: Sequence[StepTime], value: Callable[[StepTime], float]) -> float:
+    """`value` summed over every context from the first of `steps` to the last, a stretch
+    between two of them taken on the line between: n steps from a (included) to b (not)
+    sum to n·a + (b − a)(n − 1)/2."""
+    total = 0.0
+    for a, b in zip(steps, steps[1:]):
+        n, first, after = b.context - a.context, value(a), value(b)
+        total += n * first + (after - first) * (n - 1) / 2
+    return total + (value(steps[-1]) if steps else 0.0)
+
+
+def interpolation_error(decode: Sequence[StepTime]) -> float | None:
+    """The most the line between simulated decode contexts can be off the decode time, as a
+    share of it, if no step takes less time at a longer context: between a step of a cycles
+    and one of b, n steps later, the steps' sum lies within (b − a)(n − 1)/2 of the line's
+    (all of the rise at one end or the other). A decode step's time is a staircase in the
+    context (attention reads the cache in blocks), which no count of points shows straight
+    or not. None: every context was simulated."""
+    if not decode or decode[-1].context - decode[0].context + 1 == len(decode):
+        return None
+    cycles = line_sum(decode, lambda s: s.cycles)
+    off = sum(
+        abs(b.cycles - a.cycles) * (b.context - a.context - 1) / 2
+        for a, b in zip(decode, decode[1:])
+    )
+    return off / cycles if cycles else 0.0
+
+
+def interpolation_note(decode: Sequence[StepTime]) -> str:
+    """What a request's method says of the line between its simulated decode contexts."""
+    error = interpolation_error(decode)
+    return (
+        ""
+        if error is None
+        else f" (the line is within {100 * error:.2g}% of the decode time if no step is "
+        "quicker at a longer context)"
+    )
 
 
 def _class_cycles(name: str) -> Callable[[StepTime], float]:

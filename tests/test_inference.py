@@ -441,3 +441,39 @@ def test_a_step_too_large_for_its_first_layers_is_simulated_from_one(tiny, monke
     assert one.prefill.cycles == pytest.approx(whole.prefill.cycles, rel=0.02)
     with pytest.raises(TooLargeError):
         infer(model, tiny, prompt=64, generate=0, exact=True)
+
+
+def test_the_decode_line_is_held_to_the_most_a_staircase_can_be_off_it():
+    """Between two simulated contexts, a steps apart, rising b − a cycles, the steps' sum lies
+    within (b − a)(a_steps − 1)/2 of the line's whatever the staircase in between (attention
+    reads the cache in blocks): all of the rise at the first step or at the last."""
+    from simulator.inference_report import StepTime, interpolation_error, line_sum
+
+    def step(context, cycles):
+        return StepTime("decode", context, cycles, {}, 0.0, 1, None)
+
+    knots = [step(10, 100.0), step(20, 200.0)]
+    assert line_sum(knots, lambda s: s.cycles) == 10 * 100 + 100 * 9 / 2 + 200
+    bound = interpolation_error(knots) * line_sum(knots, lambda s: s.cycles)
+    early = 100 + 9 * 200 + 200  # the whole rise right after the first context
+    late = 10 * 100 + 200  # the whole rise at the last
+    line = line_sum(knots, lambda s: s.cycles)
+    assert bound == pytest.approx(max(early - line, line - late))
+    assert interpolation_error([step(10, 100.0), step(11, 120.0)]) is None  # every context
+
+
+def test_the_stated_decode_bound_covers_the_exact_requests_difference(tiny):
+    """Three decode contexts of a toy model on tiny, against every context simulated: the
+    bound the report states holds (the steps climb a staircase of 32-position blocks that
+    the three points happen to lie straight across)."""
+    model = toy(num_hidden_layers=2)
+    line = infer(model, tiny, prompt=200, generate=60)
+    every = infer(model, tiny, prompt=200, generate=60, exact=True)
+    cycles = line.decode_sum(lambda s: s.cycles)
+    exact = every.decode_sum(lambda s: s.cycles)
+    assert (
+        every.interpolation_error is None and every.to_dict()["decode_interpolation_error"] is None
+    )
+    assert cycles != exact  # the line is not the staircase
+    assert abs(cycles - exact) / exact <= line.interpolation_error
+    assert f"within {100 * line.interpolation_error:.2g}%" in line.method
