@@ -1,8 +1,10 @@
 """The plain model the engine stands for: one SimPy process per pipe of each core, waiting
 in global time on every flag. `World` computes exactly these times with a pipe running ahead
 of the global clock and a fraction of the events (tests/test_engine_reference.py checks it on
-random programs); this one is kept as the reference, and as the simplest reading of the
-model. The benchmark uses it to show what the event rate of a process per pipe would be."""
+random programs, and on sampled ones, whose kernel boundaries both worlds share: the L2
+warmed for skipped units, the kernel run on for them); this one is kept as the reference,
+and as the simplest reading of the model. The benchmark uses it to show what the event rate
+of a process per pipe would be."""
 
 from __future__ import annotations
 
@@ -10,9 +12,9 @@ from array import array
 from collections import deque
 from functools import partial
 
-from ..cost import kernel_start_cycle, transfer_cycles
+from ..cost import transfer_cycles
 from ..schedule.program import GlobalTransfer, Transfer
-from .trace import KernelSpan, PipeLog
+from .trace import PipeLog
 from .transfer import EngineQueue, landing_delay
 from .world import World
 
@@ -22,8 +24,7 @@ class ProcessPerPipeWorld(World):
 
     def _kernels(self):
         for index, kernel in enumerate(self.program.kernels):
-            start = int(self.env.now)
-            yield self.env.timeout(kernel_start_cycle(index, start, self.hw) - start)
+            start = yield from self._launch(index, kernel)
             run, pipes, first_log = int(self.env.now), [], len(self.pipe_logs)
             for core_index, core in enumerate(kernel.cores):
                 flags = [[count, []] for count in core.flag_initial]
@@ -43,8 +44,10 @@ class ProcessPerPipeWorld(World):
                             )
                         )
             yield self.env.all_of(pipes)
-            self._count_occupancy(index, self.pipe_logs[first_log:])
-            self.spans.append(KernelSpan(index, start, int(self.env.now), run))
+            ends = [run] * len(kernel.cores)  # each core's last pipe's end
+            for log in self.pipe_logs[first_log:]:
+                ends[log.core] = max(ends[log.core], max(log.column("end_cycle"), default=run))
+            yield from self._finish(index, kernel, start, first_log, ends)
 
     def _pipe(self, log, core, flags, depth, transfers):
         env = self.env

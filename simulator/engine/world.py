@@ -265,12 +265,8 @@ class World:
 
     def _kernels(self):
         for index, kernel in enumerate(self.program.kernels):
-            start = int(self.env.now)
-            yield self.env.timeout(kernel_start_cycle(index, start, self.hw) - start)
-            self.kernel_started = int(self.env.now)
+            start = yield from self._launch(index, kernel)
             cores_done, first_log = [], len(self.pipe_logs)
-            self.l2.warmed, self.past_skips = {}, {}
-            self.kernel = kernel
             for core_index, core in enumerate(kernel.cores):
                 state = _CoreState(
                     index,
@@ -288,35 +284,46 @@ class World:
                 )
                 self._move(state)
             yield self.env.all_of(cores_done)
-            self.shaped_rates.clear()  # keyed by this kernel's instructions: never seen again
-            self.private_cycles.clear()
-            self._count_occupancy(index, self.pipe_logs[first_log:])
-            end = max((done.value for done in cores_done), default=self.env.now)
-            extension = Extension(0, 0)
-            if kernel.sampling is not None:
-                timed = {
-                    log.core: log.column("end_cycle")
-                    for log in self.pipe_logs[first_log:]
-                    if log.pipe == TIMED
-                }
-                ends = [done.value for done in cores_done]
-                fetched = sum(found for _, found in self.l2.warmed.values())
-                floor = math.ceil(fetched / self.channels["HBM"].bytes_per_cycle)
-                extension = extension_cycles(kernel.sampling, ends, timed, floor)
-            end += extension.cycles
-            if end > self.env.now:
-                yield self.env.timeout(end - self.env.now)
-            self.spans.append(
-                KernelSpan(
-                    index,
-                    start,
-                    int(self.env.now),
-                    self.kernel_started,
-                    extension.cycles,
-                    extension.error_cycles,
-                    self.l2.warmed,
-                )
+            ends = [done.value for done in cores_done]
+            yield from self._finish(index, kernel, start, first_log, ends)
+
+    def _launch(self, index: int, kernel: KernelProgram):
+        """Wait for kernel `index`'s launch (the one before it has ended) and make it the
+        current kernel; returns the cycle its wait began."""
+        start = int(self.env.now)
+        yield self.env.timeout(kernel_start_cycle(index, start, self.hw) - start)
+        self.kernel_started = int(self.env.now)
+        self.l2.warmed, self.past_skips = {}, {}
+        self.kernel = kernel
+        return start
+
+    def _finish(self, index: int, kernel: KernelProgram, start: int, first_log: int, ends):
+        """Close kernel `index`, whose cores ended at `ends` and logged from `first_log` on: a
+        sampled kernel runs on for the units it skipped (sampling.extension_cycles)."""
+        logs = self.pipe_logs[first_log:]
+        self.shaped_rates.clear()  # keyed by this kernel's instructions: never seen again
+        self.private_cycles.clear()
+        self._count_occupancy(index, logs)
+        extension = Extension(0, 0)
+        if kernel.sampling is not None:
+            timed = {log.core: log.column("end_cycle") for log in logs if log.pipe == TIMED}
+            fetched = sum(found for _, found in self.l2.warmed.values())
+            floor = math.ceil(fetched / self.channels["HBM"].bytes_per_cycle)
+            extension = extension_cycles(kernel.sampling, ends, timed, floor)
+        end = max(ends, default=int(self.env.now)) + extension.cycles
+        if end > self.env.now:
+            yield self.env.timeout(end - self.env.now)
+        self.spans.append(
+            KernelSpan(
+                index,
+                start,
+                int(self.env.now),
+                self.kernel_started,
+                extension.cycles,
+                extension.error_cycles,
+                self.l2.warmed,
             )
+        )
 
     def _move(self, state: _CoreState) -> None:
         """Move every pipe of a core that can. A pipe runs until it needs a flag nobody has set
