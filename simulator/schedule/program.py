@@ -185,7 +185,7 @@ class Draft:
 @functools.lru_cache(maxsize=1 << 16)
 def _shared(value: _T) -> _T:
     """One object for every equal value: millions of instructions carry the same few
-    synchronisation and level tuples, and sharing them saves about a third of a program's
+    synchronisation and level tuples, and sharing them saves about a quarter of a program's
     memory."""
     return value
 
