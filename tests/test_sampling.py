@@ -230,3 +230,22 @@ def test_a_sampled_short_prefill_is_within_its_stated_estimate(short_prefill):
     plain, sampled = short_prefill
     stated = float(sampled.method.split("error estimate up to ")[1].split("%")[0]) / 100
     assert abs(sampled.ttft_us / plain.ttft_us - 1) <= stated
+
+
+def test_a_sampled_run_is_held_to_the_instructions_it_lowers(monkeypatch):
+    """The count a run is refused on beforehand is the unsampled one; a sampled run lowers a
+    fraction of it (gemm_4096 on a100: 63,232 of 179,712) and is held to that instead, so
+    a prompt whose layers fit sampled is not cut to one layer (qwen2-7b's 4,096-token
+    prefill on ascend910: 8.4 M estimated, 2.7 M lowered)."""
+    from simulator.errors import TooLargeError
+    from simulator.schedule import footprint, lower
+
+    for module in (footprint, lower):
+        monkeypatch.setattr(module, "MAX_INSTRUCTIONS", 100_000)
+    workload = load_workload(ROOT / "workloads" / "gemm_4096.yaml", ["hardware=a100"])
+    with pytest.raises(TooLargeError, match="100,000 a run can hold"):
+        lower_workload(workload)
+    assert lower_workload(workload, sample=True).instruction_count == 63_232
+    monkeypatch.setattr(lower, "MAX_INSTRUCTIONS", 60_000)  # what it lowers is still held
+    with pytest.raises(TooLargeError, match="already need 63,232 instructions"):
+        lower_workload(workload, sample=True)
