@@ -297,7 +297,9 @@ class World:
         self.kernel = kernel
         return start
 
-    def _finish(self, index: int, kernel: KernelProgram, start: int, first_log: int, ends):
+    def _finish(
+        self, index: int, kernel: KernelProgram, start: int, first_log: int, ends: list[int]
+    ):
         """Close kernel `index`, whose cores ended at `ends` and logged from `first_log` on: a
         sampled kernel runs on for the units it skipped (sampling.extension_cycles)."""
         logs = self.pipe_logs[first_log:]
@@ -516,9 +518,11 @@ class World:
         frees its slots at its end (at one cycle, frees count before takes). Kernel by kernel,
         so the arrays are one kernel's. Above capacity is a bug."""
         buffers = self.buffers
-        if self.env.now >= 1 << (_TIME_BITS - 1):
+        core_buffers = len(self.program.kernels[index].cores) * len(buffers)
+        if self.env.now >= 1 << (_TIME_BITS - 1) or core_buffers >= 1 << (63 - _TIME_BITS):
             raise InvariantError(
-                f"a run of {self.env.now:,} cycles is too long to check buffer occupancy"
+                f"a run of {self.env.now:,} cycles over {core_buffers:,} buffers "
+                "is too large to check buffer occupancy"
             )
         keys, changes = _slot_changes(logs, buffers)
         if not len(keys):
