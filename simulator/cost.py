@@ -167,6 +167,14 @@ def kernel_start_cycle(index: int, previous_end: int, hw: Hardware) -> int:
     return issued if index == 0 else max(issued, previous_end + hw.kernel_gap)
 
 
+def host_lead_cycles(index: int, previous_end: int, hw: Hardware) -> int:
+    """How far ahead of the device the host issued kernel `index` (from 0): the cycles from
+    its issue to when the device could start it (the kernel before it ended, plus the gap);
+    below 0 the device waits for the host."""
+    issued = hw.launch_overhead_cycles * (1 if hw.graph_launch else index + 1)
+    return (previous_end + hw.kernel_gap if index else 0) - issued
+
+
 def launch_bound_cycles(kernels: int, hw: Hardware) -> float:
     """The least time launches alone take for `kernels` back-to-back kernels: the first
     launch and a device gap before each later kernel, and the host's issuing of them all."""

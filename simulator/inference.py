@@ -9,13 +9,9 @@ prompt's last token, and a decode step over that token gives it). Two savings ke
 turns them off:
 
 - Layers: a step simulates the model cut to its first few layers (the final norm and LM
-  head still run, on the last one's output). The first layer follows the embedding and the
-  last meets the head, so it is the layers between that must repeat: when the two before
-  the last take the same cycles and move the same HBM bytes, the layers not simulated are
-  taken to repeat them; otherwise twice as many are simulated, up to all of them. A step
-  whose first layers together are too large for a run (a long prompt) is simulated with one
-  layer, and the rest repeat it unchecked (LLaMA-2-7B's 2048-token prefill on ascend910: one
-  layer gives the four-layer run's time within 0.2%).
+  head still run, on the last one's output): three, when they prove that the layers between
+  repeat the second exactly, else four or more whose middle ones are compared
+  (layer_steps.py).
 - Contexts: decode steps are simulated at `decode_points` contexts spread over the
   generation, first and last included, and steps between two of them interpolated linearly
   in the context (only attention changes with it, and its work grows linearly, in steps of
@@ -46,12 +42,12 @@ from .config.transformer import (
 from .cost import all_gather_cycles, all_reduce_cycles
 from .errors import ConfigError, InvariantError, SimulatorError, TooLargeError, check_count
 from .inference_report import (
-    TIME_CLASSES,
     Footprint,
     InferenceReport,
     StepTime,
     interpolation_note,
 )
+from .layer_steps import FIRST_LAYERS, clock_scale, layers_method, whole_model_step
 from .ops import DTYPE_BYTES
 from .pipeline import plan_kernels
 from .report import SimulationReport
@@ -61,13 +57,7 @@ from .step_cache import simulate_cached
 from .units import format_bytes_decimal as fmt_bytes
 from .version import __version__
 
-ATTENTION_OPS = ("qk", "softmax", "pv")
-# simulated first: the first layer follows the embedding and the last meets the head (a
-# fused kernel may span the two), so the two between are the first that can repeat
-FIRST_LAYERS = 4
 DECODE_POINTS = 3
-PART_KEYS = ("cycles", "hbm_bytes", *TIME_CLASSES)  # summed per layer, with energy parts
-ENERGY = "energy:"  # the prefix of a part's joules by where they went (EnergyRecord.parts)
 MAX_CHIPS = 64  # the largest tensor-parallel group a refusal suggests
 # A request runs this many simulated layer-steps without asking (the CLI's --yes lifts it):
 # 2,000 is about 10 minutes at decode on a 2-core machine, while the default request (a
@@ -178,7 +168,7 @@ def infer(
                 steps.workload(part, hardware, step, layers), sample=sample and not exact
             )
             sampled_error.append(_sampled_error(report))
-            if _clock_scale(report, hardware.clock_hz) != 1.0:
+            if clock_scale(report, hardware.clock_hz) != 1.0:
                 capped[step.phase] = report.clock_ghz * 1e9
             return report
         except TooLargeError as exc:
@@ -195,7 +185,7 @@ def infer(
         if on_step:
             on_step(f"{step.phase} @ {step.context}", index, planned)
         time = _with_communication(
-            _whole_model_step(part, step, run, exact, hardware.clock_hz), part, hardware, step
+            whole_model_step(part, step, run, exact, hardware.clock_hz), part, hardware, step
         )
         if issue_cycles > time.cycles:  # the device ran out of issued work and waited
             time = _waited(time, "host", issue_cycles - time.cycles, hardware)
@@ -236,19 +226,11 @@ def infer(
         "every layer of every step simulated"
         if exact or (layers == [model.layers] and every)
         else (
-            f"layers simulated per step: {', '.join(map(str, layers))} of {model.layers} "
-            "(the rest repeat the one before the last, which took the same cycles and bytes "
-            "as the one before it"
+            f"layers simulated per step: {layers_method(layers, model.layers)}"
             + (
-                "; 1: more layers at once are too large for a run, so the rest repeat that "
-                "one unchecked"
-                if 1 in layers and model.layers > 1
-                else ""
-            )
-            + (
-                f"); decode simulated at each of its {len(contexts)} contexts"
+                f"; decode simulated at each of its {len(contexts)} contexts"
                 if every
-                else f"); decode simulated at {len(sampled)} of {len(contexts):,} contexts "
+                else f"; decode simulated at {len(sampled)} of {len(contexts):,} contexts "
                 f"({', '.join(map(str, sampled))}), interpolated between them"
                 + interpolation_note(decode)
             )
@@ -322,50 +304,6 @@ def infer(
     )
 
 
-def _whole_model_step(
-    model: ModelConfig,
-    step: Step,
-    run: Callable[[Step, int], SimulationReport],
-    exact: bool,
-    clock_hz: float,
-) -> StepTime:
-    """A step of the whole model from runs of its first layers (see the module docstring),
-    in cycles of `clock_hz`."""
-    first = model.layers if exact else min(model.layers, FIRST_LAYERS)
-    count = first
-    while True:
-        try:
-            report = run(step, count)
-        except TooLargeError:
-            if exact or count != first or count == 1:
-                raise
-            count = 1  # the first layers at once are too large for a run: one, and its repeats
-            continue
-        parts = _parts(report, clock_hz)
-        if count in (1, model.layers):
-            break
-        middle, before = parts.get(count - 2), parts.get(count - 3)
-        if middle is not None and before is not None and _repeats(middle, before):
-            break
-        count = min(model.layers, 2 * count)
-    total: dict[str, float] = {}
-    repeat = parts[max(0, count - 2)]  # the layers not simulated sit before the last
-    for part, times in [*((p, 1) for p in parts.values()), (repeat, model.layers - count)]:
-        for key, value in part.items():
-            total[key] = total.get(key, 0.0) + times * value
-    by_class = {c: total[c] for c in TIME_CLASSES}
-    energy = {k[len(ENERGY) :]: v for k, v in total.items() if k.startswith(ENERGY)}
-    return StepTime(
-        step.phase,
-        step.context,
-        total["cycles"],
-        by_class,
-        total["hbm_bytes"],
-        count,
-        None if report.energy is None else energy,
-    )
-
-
 def _sampled_error(report: SimulationReport) -> float | None:
     """The share of a run's time its sampled kernels' error estimates add up to (None: no
     kernel was sampled)."""
@@ -395,51 +333,6 @@ def _then(steps: list[StepTime]) -> StepTime:
 
 def _added(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
     return {key: a.get(key, 0.0) + b.get(key, 0.0) for key in {**a, **b}}
-
-
-def _repeats(layer: Mapping[str, float], before: Mapping[str, float]) -> bool:
-    """A layer repeats the one before when it takes the same cycles, in each class, and moves
-    the same HBM bytes (its joules may differ by what L2 happened to serve on chip)."""
-    return all(layer[key] == before[key] for key in PART_KEYS)
-
-
-def _parts(report: SimulationReport, clock_hz: float) -> dict[int | None, dict[str, float]]:
-    """Cycles (of `clock_hz`, the chip's full clock, whatever clock a power cap held the run
-    to), HBM bytes, joules and time per class of each layer's kernels (key: the layer index;
-    None: the embedding and the head)."""
-    parts: dict[int | None, dict[str, float]] = {}
-    scale = _clock_scale(report, clock_hz)
-    for kernel in report.kernels:
-        layer, _ = layer_and_role(kernel.ops[0])
-        part = parts.setdefault(layer, dict.fromkeys(PART_KEYS, 0.0))
-        hbm = kernel.traffic["HBM"]
-        part["cycles"] += kernel.cycles * scale
-        part["hbm_bytes"] += hbm.read_bytes + hbm.write_bytes
-        for where, joules in (kernel.energy.parts() if kernel.energy else {}).items():
-            part[ENERGY + where] = part.get(ENERGY + where, 0.0) + joules
-        part["launch"] += kernel.launch_cycles * scale
-        part[_time_class(kernel.ops)] += (kernel.cycles - kernel.launch_cycles) * scale
-    return parts
-
-
-def _clock_scale(report: SimulationReport, clock_hz: float) -> float:
-    """Cycles of `clock_hz` per cycle of the report's run: 1 exactly unless a power cap held
-    the run to a lower clock (the report writes its clock as clock_hz / 1e9)."""
-    full_ghz = clock_hz / 1e9
-    return 1.0 if report.clock_ghz == full_ghz else full_ghz / report.clock_ghz
-
-
-def _time_class(ops: tuple[str, ...]) -> str:
-    """The class of a generated kernel's work, from its ops' roles (an expert's ops are
-    named for their slot: slot0_gate)."""
-    roles = {layer_and_role(name)[1].rsplit("_", 1)[-1] for name in ops}
-    if roles & set(ATTENTION_OPS):
-        return "attention"
-    if roles & {"proj", "gate", "up", "down", "head", "router"}:
-        return "gemm"
-    if roles & {"norm"}:
-        return "norm"
-    return "other"
 
 
 def _spread(contexts: range, points: int) -> list[int]:

@@ -27,6 +27,7 @@ LAYERS = (
             "pipeline",
             "step_cache",
             "inference",
+            "layer_steps",
             "inference_report",
             "search",
             "sweep",

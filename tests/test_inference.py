@@ -212,6 +212,33 @@ def test_the_fast_path_matches_every_layer_simulated(tiny):
         assert fast["tpot_us"][key] == pytest.approx(exact["tpot_us"][key], rel=1e-3)
 
 
+def test_a_step_proven_from_three_layers_is_the_exact_step_bit_for_bit(tiny):
+    """On tiny the toy's third layer begins with the L2 holding what its second began with
+    (a layer on), so three layers prove the six: every step's cycles, classes and bytes are
+    the exact run's, not only close to them."""
+    fast = infer(toy(), tiny, prompt=32, generate=4, decode_points=4)
+    exact = infer(toy(), tiny, prompt=32, generate=4, exact=True)
+    assert "3 of 6 (the first, the second and the last" in fast.method
+    for proven, simulated in zip((fast.prefill, *fast.decode), (exact.prefill, *exact.decode)):
+        assert proven.layers_simulated == 3
+        assert proven.cycles == simulated.cycles
+        assert proven.by_class_cycles == simulated.by_class_cycles
+        assert proven.hbm_bytes == simulated.hbm_bytes
+
+
+def test_where_the_l2_holds_more_than_a_layer_the_repeat_is_checked_not_proven(ascend):
+    """ascend910's L2 holds the whole toy, so its third layer begins with the first two
+    layers' bytes where its second began with the embedding's: no proof, and the step falls
+    back to four layers whose two middle ones are compared."""
+    from simulator.layer_steps import _second_repeats
+
+    workload = step_workload(toy(), ascend, Step("prefill", 1, 32, 32), 3, "auto")
+    assert not _second_repeats(simulate(workload))
+    report = infer(toy(), ascend, prompt=32, generate=0)
+    assert report.prefill.layers_simulated == 4
+    assert "4 of 6 (the rest repeat the one before the last" in report.method
+
+
 @pytest.mark.parametrize("fusion", ["none", "auto"])
 def test_a_token_takes_at_least_its_bytes_at_hbm_bandwidth(tiny, fusion):
     """Each decode step reads every weight but the embedding table (a row per token) and
@@ -423,17 +450,17 @@ def test_a_step_too_large_for_one_run_says_what_to_change():
 
 
 def test_a_step_too_large_for_its_first_layers_is_simulated_from_one(tiny, monkeypatch):
-    """Where four layers at once are more than a run holds but one is not, the step is one
+    """Where three layers at once are more than a run holds but one is not, the step is one
     layer and its repeats, and the report says they were not checked. The time is the
-    four-layer run's within 2% (the toy's one layer is also its last, which fuses with the
-    head; LLaMA-2-7B's 2048-token prefill on ascend910 came within 0.2%)."""
+    three-layer run's within 2% (the toy's one layer is also its last, which fuses with the
+    head; LLaMA-2-7B's 2048-token prefill on ascend910 came within 0.2% of four layers)."""
     import simulator.schedule.attention as attention
     import simulator.schedule.lower as lower
 
     model = toy()
     whole = infer(model, tiny, prompt=64, generate=0)
-    assert whole.prefill.layers_simulated == 4
-    for module in (lower, attention):  # one layer of this prefill: 2,412; four: 8,136
+    assert whole.prefill.layers_simulated == 3
+    for module in (lower, attention):  # one layer of this prefill: 2,412; three: 6,228
         monkeypatch.setattr(module, "MAX_INSTRUCTIONS", 4000)
     one = infer(model, tiny, prompt=64, generate=0)
     assert one.prefill.layers_simulated == 1

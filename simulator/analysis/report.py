@@ -103,6 +103,9 @@ class Report:
     energy: EnergyRecord | None  # None: the hardware gives no energy figures
     provenance: Provenance | None = None
     trace: Trace | None = field(default=None, repr=False, compare=False)  # for timelines
+    # per kernel, what it began with (KernelSpan.entry): kept with the report, not in its
+    # JSON, so that a cached run still proves a layer repeats (inference.py)
+    kernel_entries: tuple[tuple[str, int], ...] = field(default=(), repr=False, compare=False)
 
     def __getitem__(self, key: str) -> Any:
         return self._plain[key]
@@ -115,7 +118,7 @@ class Report:
         data = {
             f.name: plain(getattr(self, f.name))
             for f in fields(Report)
-            if f.name not in ("provenance", "trace")
+            if f.name not in ("provenance", "trace", "kernel_entries")
         }
         provenance = {} if self.provenance is None else plain(self.provenance)
         return {"format": format_mark("report"), **data, "provenance": provenance}
@@ -298,6 +301,7 @@ def analyse(
         energy=_energy(hw, traffic, program.kernels, cycles),
         provenance=provenance,
         trace=trace,
+        kernel_entries=tuple(span.entry for span in trace.kernels),
     )
 
 

@@ -18,8 +18,9 @@ through to HBM and allocate. Eviction is least recently used, by granule.
 
 from __future__ import annotations
 
+import hashlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
 
 from ..errors import InvariantError
@@ -82,6 +83,28 @@ class L2Cache:
         self.misses = 0
         # per tensor, the bytes warming reads found in L2 and fetched (see warm)
         self.warmed: dict[str, list[int]] = {}
+
+    def entry_state(self, ahead: Iterable[Sequence[str]]) -> str:
+        """A digest of what L2 holds, in LRU order, with each tensor named by where the
+        kernels `ahead` (each one's touched tensors, in order) first touch it: (kernels
+        from now, its rank there); a tensor none of them touches is only the bytes it
+        takes (it can only be evicted). Two kernel starts with the same digest, followed by
+        the same kernels, run alike: from the same L2, tensor for tensor, whatever the
+        tensors are called (World records it at each kernel's launch; inference.py uses it
+        to prove a layer repeats the one before it)."""
+        held = {tensor for tensor, _ in self.lines}
+        names: dict[str, tuple[int, int]] = {}
+        for distance, touched in enumerate(ahead):
+            if len(names) == len(held):
+                break
+            for rank, tensor in enumerate(touched):
+                if tensor in held:
+                    names.setdefault(tensor, (distance, rank))
+        state = [
+            (names[tensor], granule, line.cells, line.nbytes) if tensor in names else line.nbytes
+            for (tensor, granule), line in self.lines.items()
+        ]
+        return hashlib.blake2b(repr(state).encode(), digest_size=16).hexdigest()
 
     def _cut(self, region: Region):
         """The region cut along granule boundaries (see `_cut_region`)."""

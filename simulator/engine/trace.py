@@ -111,6 +111,9 @@ class KernelSpan:
     error_cycles: int = 0  # and that estimate is good to about this much (schedule/sampling)
     # per tensor, what the reads of its skipped chunks found in L2 and fetched from HBM
     warmed: dict[str, list[int]] = field(default_factory=dict)
+    # what it began with: the L2's state (L2Cache.entry_state) and how far ahead of the
+    # device the host had issued it (cost.host_lead_cycles)
+    entry: tuple[str, int] = ("", 0)
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ import numpy as np
 import simpy
 
 from ..config.hardware import Hardware
-from ..cost import kernel_start_cycle, transfer_cycles
+from ..cost import host_lead_cycles, kernel_start_cycle, transfer_cycles
 from ..errors import CycleBudgetError, InvariantError
 from ..schedule.program import (
     CoreProgram,
@@ -163,6 +163,7 @@ class World:
         self.spans: list[KernelSpan] = []
         self.kernel_started = 0  # the cycle the running kernel's cores began
         self.kernel: KernelProgram | None = None  # the running kernel
+        self.entry = ("", 0)  # what the running kernel began with (KernelSpan.entry)
         # per skip not yet warmed: the cycle each core got past it, what the cores past it
         # touched since, and every core's skip there (see warm)
         self.past_skips: dict[int, tuple[dict[int, int], list[Region], dict[int, Skip]]] = {}
@@ -295,6 +296,8 @@ class World:
         self.kernel_started = int(self.env.now)
         self.l2.warmed, self.past_skips = {}, {}
         self.kernel = kernel
+        ahead = (later.touched_tensors for later in self.program.kernels[index:])
+        self.entry = (self.l2.entry_state(ahead), host_lead_cycles(index, start, self.hw))
         return start
 
     def _finish(
@@ -324,6 +327,7 @@ class World:
                 extension.cycles,
                 extension.error_cycles,
                 self.l2.warmed,
+                self.entry,
             )
         )
 

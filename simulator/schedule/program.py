@@ -397,6 +397,19 @@ class KernelProgram:
     def instruction_count(self) -> int:
         return sum(core.instruction_count for core in self.cores)
 
+    @functools.cached_property
+    def touched_tensors(self) -> tuple[str, ...]:
+        """The tensors its global transfers read or write, in the order they first appear
+        (core by core, pipe by pipe): the same order, tensor for tensor, in every layer of a
+        model whose layers are one another's copies (see L2Cache.entry_state)."""
+        seen: dict[str, None] = {}
+        for core in self.cores:
+            for queue in core.queues.values():
+                for instr in queue:
+                    if type(instr) is GlobalTransfer:
+                        seen.setdefault(instr.region.tensor, None)
+        return tuple(seen)
+
     def capacity_bytes(self, hw: Hardware, buffer: str) -> int:
         """A buffer's bytes in this kernel: UB has L1's too in a vector kernel on a chip whose
         two are one memory (Hardware.ub_bytes)."""
