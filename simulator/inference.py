@@ -47,7 +47,7 @@ from .inference_report import (
     StepTime,
     interpolation_note,
 )
-from .layer_steps import FIRST_LAYERS, clock_scale, layers_method, whole_model_step
+from .layer_steps import PROVEN_LAYERS, clock_scale, layers_method, whole_model_step
 from .ops import DTYPE_BYTES
 from .pipeline import plan_kernels
 from .report import SimulationReport
@@ -61,7 +61,7 @@ DECODE_POINTS = 3
 MAX_CHIPS = 64  # the largest tensor-parallel group a refusal suggests
 # A request runs this many simulated layer-steps without asking (the CLI's --yes lifts it):
 # 2,000 is about 10 minutes at decode on a 2-core machine, while the default request (a
-# prefill and three decode steps of four layers) is 16
+# prefill and three decode steps of three layers) is 12
 WORK_LIMIT_LAYER_STEPS = 2_000
 ACTIVATION_BYTES = 2  # fp16 activations cross the links
 
@@ -206,7 +206,7 @@ def infer(
     contexts = range(prompt + 1, prompt + generate)
     sampled = list(contexts) if exact else _spread(contexts, decode_points)
     planned = len(first_steps) + len(sampled)
-    layer_steps = planned * (model.layers if exact else min(model.layers, FIRST_LAYERS))
+    layer_steps = planned * (model.layers if exact else min(model.layers, PROVEN_LAYERS))
     if work_limit is not None and layer_steps > work_limit:
         raise SimulatorError(
             f"this request simulates about {layer_steps:,} layer-steps ({planned:,} steps of "
