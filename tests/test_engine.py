@@ -10,6 +10,7 @@ from dataclasses import replace
 
 import pytest
 
+from simulator.config.transformer import Step, step_workload
 from simulator.engine.world import simulate_program
 from simulator.pipeline import lower_workload, simulate
 from simulator.schedule.program import (
@@ -428,3 +429,43 @@ def test_a_strided_run_costs_a_packet_per_element(tiny):
     [record] = simulate_program(program, hw).records
     assert record.hbm_bytes == 2 * 8 * 32 * 2  # whole sectors around kept elements
     assert record.end_cycle - record.start_cycle == MTE2 + L2_LAT + HBM_LAT + 256 * 128 // 64
+
+
+@pytest.mark.parametrize(
+    "hardware, model, step",
+    [
+        ("tiny", None, Step("prefill", 1, 64, 64)),
+        ("ascend910", "llama2-7b", Step("decode", 1, 1, 80)),
+    ],
+)
+def test_a_kernel_that_begins_as_an_earlier_one_did_is_replayed_record_for_record(
+    hardware, model, step
+):
+    """A model's layers repeat: from the second on, most kernels begin with the L2 holding
+    what the layer before's began with, tensor for tensor, and the engine replays them
+    (engine/replay.py). Every record, span and count is the simulated run's."""
+    from simulator.config.hardware import load_hardware
+    from simulator.config.model import load_model
+    from simulator.engine.world import World
+
+    from .test_inference import toy
+
+    hw = load_hardware(hardware)
+    config = toy() if model is None else load_model(model)
+    workload = step_workload(config, hw, step, 3, "auto")
+    program = lower_workload(workload)
+    world = World(program, hw)
+    replayed, simulated = world.run(), simulate_program(program, hw, replay=False)
+    kept = sum(len(kernels) for kernels in world.replays.by_entry.values())
+    assert kept < len(program.kernels)  # some were replayed
+    assert replayed.kernels == simulated.kernels
+    assert (replayed.cycles, replayed.l2_hits, replayed.l2_misses) == (
+        simulated.cycles,
+        simulated.l2_hits,
+        simulated.l2_misses,
+    )
+    assert replayed.peak_occupancy_bytes == simulated.peak_occupancy_bytes
+    for one, other in zip(replayed.pipes, simulated.pipes, strict=True):
+        assert (one.kernel, one.core, one.pipe) == (other.kernel, other.core, other.pipe)
+        assert one.instrs is other.instrs
+        assert list(one.logged) == list(other.logged)

@@ -73,6 +73,8 @@ class L2Cache:
     That is what lets a decode kernel find the previous kernel's output still on chip, and a
     prefill kernel find it evicted, without simulating lines."""
 
+    READ, WRITE, WARM = range(3)  # the kinds of a journal's entries
+
     def __init__(self, capacity_bytes: int, geometry: Mapping[str, tuple[int, int, int]]):
         self.capacity_bytes = capacity_bytes
         self.geometry = geometry
@@ -83,6 +85,8 @@ class L2Cache:
         self.misses = 0
         # per tensor, the bytes warming reads found in L2 and fetched (see warm)
         self.warmed: dict[str, list[int]] = {}
+        # when a list, every read, write and warm is noted in it, in order (engine/replay.py)
+        self.journal: list[tuple] | None = None
 
     def entry_state(self, ahead: Iterable[Sequence[str]]) -> str:
         """A digest of what L2 holds, in LRU order, with each tensor named by where the
@@ -119,6 +123,8 @@ class L2Cache:
         """Look a region up. Missing cells are fetched by this read, whose completion event is
         `fill`. Returns (bytes L2 serves, bytes fetched from HBM, fetches still in flight that
         the hit part must wait for)."""
+        if self.journal is not None:
+            self.journal.append((self.READ, region))
         hit_bytes = fetch_bytes = hits = misses = 0
         in_flight = []
         lines, tensor = self.lines, region.tensor
@@ -161,7 +167,10 @@ class L2Cache:
         counts. `recent`: regions touched since that would have come after them, kept the
         most recently used (made so before the warm, so that it evicts them last, and
         after)."""
-        hits, misses = self.hits, self.misses
+        hits, misses, journal = self.hits, self.misses, self.journal
+        if journal is not None:
+            journal.append((self.WARM, touches, recent))
+            self.journal = None  # its reads and writes are the warm's
         self._refresh(recent)
         for region, written in touches:
             if written:
@@ -172,7 +181,7 @@ class L2Cache:
             found[0] += hit_bytes
             found[1] += fetch_bytes
         self._refresh(recent)
-        self.hits, self.misses = hits, misses
+        self.hits, self.misses, self.journal = hits, misses, journal
 
     def _refresh(self, regions: Sequence[Region]) -> None:
         """Make the granules of `regions` still held the most recently used, in turn."""
@@ -185,6 +194,8 @@ class L2Cache:
 
     def write(self, region: Region) -> None:
         """Write-through with allocate: the written cells become present and recently used."""
+        if self.journal is not None:
+            self.journal.append((self.WRITE, region))
         lines, tensor = self.lines, region.tensor
         pieces, cols, elem = self._cut(region)
         for granule, need, _, _, base, _ in pieces:

@@ -1,8 +1,9 @@
 """The SimPy world: runs a Program on a Hardware and returns the Trace.
 
 Lifecycle: build (channels, L2) → for each kernel: its launch (overlapping the kernel
-before it, cost.kernel_start_cycle), then every core's pipes run their in-order queues →
-collect. Time is integer cycles.
+before it, cost.kernel_start_cycle), then every core's pipes run their in-order queues (or,
+when it begins as an earlier kernel did, that kernel's run is replayed: engine/replay.py)
+→ collect. Time is integer cycles.
 Every executed instruction leaves one `Record` in the trace (engine/trace.py); every
 statistic of the report is derived from those records.
 
@@ -25,11 +26,9 @@ import math
 from array import array
 from collections import deque
 from functools import partial
-from itertools import chain
 from operator import attrgetter
-from typing import Callable, Iterable, Sequence
+from typing import Sequence
 
-import numpy as np
 import simpy
 
 from ..config.hardware import Hardware
@@ -49,13 +48,14 @@ from ..schedule.sampling import TIMED_PIPE as TIMED
 from ..schedule.sampling import Extension, Skip, extension_cycles, warm_order
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
+from .occupancy import TIME_BITS, kernel_peaks
+from .replay import Replays
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
 from .transfer import AfterTheCycle, EngineQueue, TransferInFlight, landing_delay
 
-_TIME_BITS = 41  # an occupancy key keeps 2 x cycle + 1 below 2**41 (see _count_occupancy)
 # The longest run the simulator follows (its occupancy check needs 2 x cycle + 1 < 2**41):
 # about 18 minutes of simulated time at 1 GHz, far beyond any kernel sequence of one chip.
-MAX_RUN_CYCLES = (1 << (_TIME_BITS - 1)) - 1
+MAX_RUN_CYCLES = (1 << (TIME_BITS - 1)) - 1
 
 
 class _Flag:
@@ -150,9 +150,17 @@ class World:
     on-chip work directly and joins the clock only for global transfers and flags nobody
     has set yet, which is what makes the engine fast and the reference twin comparable."""
 
-    def __init__(self, program: Program, hw: Hardware, env: simpy.Environment | None = None):
+    def __init__(
+        self,
+        program: Program,
+        hw: Hardware,
+        env: simpy.Environment | None = None,
+        replay: bool = True,
+    ):
         self.program = program
         self.hw = hw
+        # kernels that begin as an earlier one did are replayed, not simulated (replay.py)
+        self.replays = Replays(program) if replay else None
         self.env = env or simpy.Environment()  # a benchmark may pass an instrumented one
         self.channels = {
             name: SharedChannel(self.env, name, mem.sustained_bytes_per_cycle)
@@ -167,8 +175,7 @@ class World:
         # per skip not yet warmed: the cycle each core got past it, what the cores past it
         # touched since, and every core's skip there (see warm)
         self.past_skips: dict[int, tuple[dict[int, int], list[Region], dict[int, Skip]]] = {}
-        self.buffers = {name: index for index, name in enumerate(hw.buffer_bytes)}
-        self.peak_occupancy = dict.fromkeys(self.buffers, 0)  # see _count_occupancy
+        self.peak_occupancy = dict.fromkeys(hw.buffer_bytes, 0)  # see _count_occupancy
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {
             path: (engine.latency_cycles, rate)
@@ -267,6 +274,17 @@ class World:
     def _kernels(self):
         for index, kernel in enumerate(self.program.kernels):
             start = yield from self._launch(index, kernel)
+            replays = self.replays
+            earlier = None if replays is None else replays.earlier(index, self.entry[0])
+            self.l2.journal = None if replays is None or earlier is not None else []
+            if earlier is not None:  # it begins as an earlier kernel did (engine/replay.py)
+                logs, span = replays.replay(
+                    earlier, index, start, self.kernel_started, self.entry, self.l2
+                )
+                self.pipe_logs += logs
+                yield self.env.timeout(span.end_cycle - self.env.now)
+                self.spans.append(span)
+                continue
             cores_done, first_log = [], len(self.pipe_logs)
             for core_index, core in enumerate(kernel.cores):
                 state = _CoreState(
@@ -287,6 +305,8 @@ class World:
             yield self.env.all_of(cores_done)
             ends = [done.value for done in cores_done]
             yield from self._finish(index, kernel, start, first_log, ends)
+            if replays is not None:
+                replays.keep(index, self.pipe_logs[first_log:], self.spans[-1], self.l2.journal)
 
     def _launch(self, index: int, kernel: KernelProgram):
         """Wait for kernel `index`'s launch (the one before it has ended) and make it the
@@ -518,78 +538,13 @@ class World:
 
     def _count_occupancy(self, index: int, logs: Sequence[PipeLog]) -> None:
         """Fold the most bytes each buffer held on any core of kernel `index` into
-        `peak_occupancy`, from its pipe logs: an instruction takes its slot at its start and
-        frees its slots at its end (at one cycle, frees count before takes). Kernel by kernel,
-        so the arrays are one kernel's. Above capacity is a bug."""
-        buffers = self.buffers
-        core_buffers = len(self.program.kernels[index].cores) * len(buffers)
-        if self.env.now >= 1 << (_TIME_BITS - 1) or core_buffers >= 1 << (63 - _TIME_BITS):
-            raise InvariantError(
-                f"a run of {self.env.now:,} cycles over {core_buffers:,} buffers "
-                "is too large to check buffer occupancy"
-            )
-        keys, changes = _slot_changes(logs, buffers)
-        if not len(keys):
-            return
-        order = np.argsort(keys, kind="stable")  # fast: the keys come in long sorted runs
-        groups, held = keys[order] >> _TIME_BITS, np.cumsum(changes[order])
-        first = np.flatnonzero(np.r_[True, groups[1:] != groups[:-1]])
-        before = np.r_[0, held[first[1:] - 1]]  # the running sum each group inherits
-        held -= np.repeat(before, np.diff(np.r_[first, len(groups)]))
-        group_peak, group = np.maximum.reduceat(held, first), groups[first]
+        `peak_occupancy` (engine/occupancy.py)."""
         kernel = self.program.kernels[index]
-        for buffer, number in buffers.items():
-            mine = np.flatnonzero(group % len(buffers) == number)
-            if not len(mine):
-                continue
-            at = mine[np.argmax(group_peak[mine])]
-            most, capacity = int(group_peak[at]), kernel.capacity_bytes(self.hw, buffer)
-            if most > capacity:
-                raise InvariantError(
-                    f"{buffer} of core {int(group[at]) // len(buffers)} in kernel {index} "
-                    f"holds {most} B > capacity {capacity} B"
-                )
+        for buffer, most in kernel_peaks(index, kernel, logs, self.hw, int(self.env.now)).items():
             self.peak_occupancy[buffer] = max(self.peak_occupancy[buffer], most)
 
 
-def _slot_changes(
-    logs: Sequence[PipeLog], buffers: dict[str, int]
-) -> tuple[np.ndarray, np.ndarray]:
-    """Every slot taken or freed in one kernel's logs: its sort key (core and buffer in the
-    high bits, then twice the cycle, plus one for a take so that frees come first) and its
-    bytes (negative when freed)."""
-    # what an instruction takes and frees, numbered per distinct pattern (a few dozen;
-    # looked up per instruction run, as a map of every instruction would be the largest
-    # object of a run)
-    patterns: dict[tuple, int] = {}
-
-    def pattern_of(instr: Instruction) -> int:
-        slots = ((instr.acquire,) if instr.acquire else (), instr.release)
-        return patterns.setdefault(slots, len(patterns))
-
-    instructions = sum(len(log.instrs) for log in logs)
-
-    def gathered(values_of: Callable[[PipeLog], Iterable[int]]) -> np.ndarray:
-        """One value per instruction of every log, as one array."""
-        return np.fromiter(chain.from_iterable(map(values_of, logs)), np.int64, instructions)
-
-    pattern = gathered(lambda log: map(pattern_of, log.instrs))
-    take_at = 2 * gathered(lambda log: log.column("start_cycle")) + 1
-    free_at = 2 * gathered(lambda log: log.column("end_cycle"))
-    group_of = np.repeat(
-        np.array([log.core for log in logs], dtype=np.int64), [len(log.instrs) for log in logs]
-    ) * len(buffers)
-    keys, changes = [], []
-    for (taken, freed), number in patterns.items():
-        mine = np.flatnonzero(pattern == number)
-        for slots, at, sign in ((taken, take_at, 1), (freed, free_at, -1)):
-            for buffer, nbytes in slots:
-                keys.append(((group_of[mine] + buffers[buffer]) << _TIME_BITS) + at[mine])
-                changes.append(np.full(len(mine), sign * nbytes, dtype=np.int64))
-    if not keys:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    return np.concatenate(keys), np.concatenate(changes)
-
-
-def simulate_program(program: Program, hw: Hardware, max_cycles: int | None = None) -> Trace:
-    return World(program, hw).run(max_cycles)
+def simulate_program(
+    program: Program, hw: Hardware, max_cycles: int | None = None, replay: bool = True
+) -> Trace:
+    return World(program, hw, replay=replay).run(max_cycles)

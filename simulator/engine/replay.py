@@ -1,0 +1,191 @@
+"""Kernels that begin as an earlier one did run as it did: replay them instead.
+
+A kernel's run depends on its program and on what L2 holds as it starts, nothing else: the
+other shared state (HBM's and L2's flows, the same-address queues) is idle between kernels,
+and the launch wait before it is counted apart. So a kernel whose program is an earlier
+kernel's with other tensors of the same shapes in the same places (`shape_digest`), and
+which begins with the L2 holding what that one began with, tensor for tensor
+(L2Cache.entry_state), takes the same cycles, instruction for instruction, and leaves L2
+as that one left it, its tensors for the earlier one's. A model's layers are such copies:
+from the second on, most kernels of a layer begin as the layer before's did.
+
+The engine keeps, for each kernel it simulated, its pipe logs, its span and the L2's journal
+(every lookup, store and warm, in order); a kernel that matches one is not simulated: its
+logs are the earlier kernel's moved to its start, and the journal, renamed, is played into
+L2 as lookups that took no time. The reference twin (engine/reference.py) replays nothing,
+and tests/test_engine.py checks a run with replays against one without, record for record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from array import array
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..schedule.program import GlobalTransfer, Instruction, KernelProgram, Program, Transfer
+from ..schedule.region import Region
+from .l2cache import L2Cache
+from .trace import LOGGED, KernelSpan, PipeLog
+
+TIMES = (LOGGED.index("start_cycle"), LOGGED.index("end_cycle"))  # the logged cycles
+
+
+def shape_digest(kernel: KernelProgram, program: Program) -> str | None:
+    """A digest of everything in a kernel's program that decides its run, each tensor named
+    by its place in `kernel.touched_tensors` (its shape, layout and slicing with it) and
+    labels left out; None where its sampling touches a tensor its instructions do not."""
+    names = {tensor: place for place, tensor in enumerate(kernel.touched_tensors)}
+    digest = hashlib.blake2b(digest_size=16)
+    for tensor in kernel.touched_tensors:
+        digest.update(
+            repr(
+                (
+                    program.tensor_geometry[tensor],
+                    tensor in program.nz_tensors,
+                    program.slice_steps.get(tensor),
+                )
+            ).encode()
+        )
+    seen: dict[int, bytes] = {}  # instructions recur by identity
+    for core in kernel.cores:
+        for pipe, queue in core.queues.items():
+            digest.update(pipe.encode())
+            for instr in queue:
+                shape = seen.get(id(instr))
+                if shape is None:
+                    shape = seen[id(instr)] = repr(_shape(instr, names)).encode()
+                digest.update(shape)
+    sampling = kernel.sampling
+    if sampling is not None:
+        try:
+            skips = [
+                [
+                    (
+                        skip.chunks_before,
+                        [[(_named(r, names), w) for r, w in s] for s in skip.steps],
+                    )
+                    for skip in core_skips
+                ]
+                for core_skips in sampling.skips
+            ]
+        except KeyError:
+            return None
+        digest.update(repr((sampling.chunks, sampling.kept, sampling.windows, skips)).encode())
+    return digest.hexdigest()
+
+
+def _shape(instr: Instruction, names: dict[str, int]) -> tuple:
+    common = (
+        type(instr).__name__,
+        instr.nbytes,
+        instr.reads,
+        instr.writes,
+        instr.waits,
+        instr.sets,
+        instr.acquire,
+        instr.release,
+    )
+    if type(instr) is GlobalTransfer:
+        region = _named(instr.region, names)
+        return (*common, instr.src, instr.dst, region, instr.multicast, instr.warms)
+    if isinstance(instr, Transfer):
+        return (*common, instr.src, instr.dst)
+    return (*common, instr.cycles)
+
+
+def _named(region: Region, names: dict[str, int]) -> tuple[int, int, int, int, int]:
+    return (names[region.tensor], region.row0, region.row1, region.col0, region.col1)
+
+
+@dataclass(frozen=True, slots=True)
+class Simulated:
+    """A kernel the engine simulated, as a later one would replay it."""
+
+    index: int
+    logs: Sequence[PipeLog]
+    span: KernelSpan
+    journal: Sequence[tuple]  # L2Cache.journal: what it did to L2, in order
+
+
+class Replays:
+    """The kernels simulated so far, by the L2 state they began with."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self.by_entry: dict[str, list[Simulated]] = {}
+        self.shapes: dict[int, str | None] = {}  # digested on first need: most never match
+
+    def earlier(self, index: int, entry: str) -> Simulated | None:
+        """A kernel simulated before kernel `index` that began with the same L2 (`entry`)
+        and whose program has the same shape, if any."""
+        shape = None
+        for candidate in self.by_entry.get(entry, ()):
+            shape = shape or self._shape(index)
+            if shape is not None and self._shape(candidate.index) == shape:
+                return candidate
+        return None
+
+    def _shape(self, index: int) -> str | None:
+        if index not in self.shapes:
+            self.shapes[index] = shape_digest(self.program.kernels[index], self.program)
+        return self.shapes[index]
+
+    def keep(self, index: int, logs: Sequence[PipeLog], span: KernelSpan, journal) -> None:
+        self.by_entry.setdefault(span.entry[0], []).append(Simulated(index, logs, span, journal))
+
+    def replay(
+        self, earlier: Simulated, index: int, start: int, run: int, entry: tuple[str, int], l2
+    ) -> tuple[list[PipeLog], KernelSpan]:
+        """Kernel `index`, launched after `start` and begun at `run`, as `earlier` ran: its
+        pipe logs and span, and L2 left as that kernel left it, tensor for tensor."""
+        kernel = self.program.kernels[index]
+        before = self.program.kernels[earlier.index].touched_tensors
+        renamed = dict(zip(before, kernel.touched_tensors))
+        play(l2, earlier.journal, renamed)
+        shift = run - earlier.span.run_cycle
+        logs = [
+            PipeLog(index, log.core, log.pipe, kernel.cores[log.core].queues[log.pipe], moved)
+            for log in earlier.logs
+            for moved in [_moved(log.logged, shift)]
+        ]
+        was = earlier.span
+        span = KernelSpan(
+            index,
+            start,
+            was.end_cycle + shift,
+            run,
+            was.extrapolated_cycles,
+            was.error_cycles,
+            l2.warmed,
+            entry,
+        )
+        return logs, span
+
+
+def _moved(logged: Sequence[int], shift: int) -> array:
+    """A pipe's logged ints with its cycles moved by `shift`."""
+    rows = np.array(logged, dtype=np.int64).reshape(-1, len(LOGGED))
+    rows[:, TIMES] += shift
+    moved = array("q")
+    moved.frombytes(rows.tobytes())
+    return moved
+
+
+def play(l2: L2Cache, journal: Sequence[tuple], renamed: dict[str, str]) -> None:
+    """Do to L2 what a journal says was done, each tensor renamed."""
+
+    def rename(region: Region) -> Region:
+        return Region(renamed[region.tensor], region.row0, region.row1, region.col0, region.col1)
+
+    for entry in journal:
+        kind = entry[0]
+        if kind == L2Cache.READ:
+            l2.read(rename(entry[1]), None)
+        elif kind == L2Cache.WRITE:
+            l2.write(rename(entry[1]))
+        else:
+            touches, recent = entry[1], entry[2]
+            l2.warm([(rename(r), w) for r, w in touches], [rename(r) for r in recent])
