@@ -33,10 +33,12 @@ from .trace import LOGGED, KernelSpan, PipeLog
 TIMES = (LOGGED.index("start_cycle"), LOGGED.index("end_cycle"))  # the logged cycles
 
 
-def shape_digest(kernel: KernelProgram, program: Program) -> str | None:
+def shape_digest(kernel: KernelProgram, program: Program, numbers: dict[tuple, int]) -> str | None:
     """A digest of everything in a kernel's program that decides its run, each tensor named
     by its place in `kernel.touched_tensors` (its shape, layout and slicing with it) and
-    labels left out; None where its sampling touches a tensor its instructions do not."""
+    labels left out; None where its sampling touches a tensor its instructions do not.
+    `numbers` numbers the distinct instruction shapes of the run (kept by the caller), so
+    that a queue is digested as its shapes' numbers: equal numbers, equal shapes."""
     names = {tensor: place for place, tensor in enumerate(kernel.touched_tensors)}
     digest = hashlib.blake2b(digest_size=16)
     for tensor in kernel.touched_tensors:
@@ -49,15 +51,18 @@ def shape_digest(kernel: KernelProgram, program: Program) -> str | None:
                 )
             ).encode()
         )
-    seen: dict[int, bytes] = {}  # instructions recur by identity
+    known: dict[int, int] = {}  # an instruction (it recurs by identity) -> its shape's number
     for core in kernel.cores:
         for pipe, queue in core.queues.items():
             digest.update(pipe.encode())
+            sequence = array("q")
             for instr in queue:
-                shape = seen.get(id(instr))
-                if shape is None:
-                    shape = seen[id(instr)] = repr(_shape(instr, names)).encode()
-                digest.update(shape)
+                number = known.get(id(instr))
+                if number is None:
+                    shape = _shape(instr, names)
+                    number = known[id(instr)] = numbers.setdefault(shape, len(numbers))
+                sequence.append(number)
+            digest.update(sequence.tobytes())
     sampling = kernel.sampling
     if sampling is not None:
         try:
@@ -117,6 +122,7 @@ class Replays:
         self.program = program
         self.by_entry: dict[str, list[Simulated]] = {}
         self.shapes: dict[int, str | None] = {}  # digested on first need: most never match
+        self.numbers: dict[tuple, int] = {}  # every distinct instruction shape digested
 
     def earlier(self, index: int, entry: str) -> Simulated | None:
         """A kernel simulated before kernel `index` that began with the same L2 (`entry`)
@@ -130,7 +136,9 @@ class Replays:
 
     def _shape(self, index: int) -> str | None:
         if index not in self.shapes:
-            self.shapes[index] = shape_digest(self.program.kernels[index], self.program)
+            self.shapes[index] = shape_digest(
+                self.program.kernels[index], self.program, self.numbers
+            )
         return self.shapes[index]
 
     def keep(self, index: int, logs: Sequence[PipeLog], span: KernelSpan, journal) -> None:
