@@ -242,3 +242,60 @@ def test_packets_never_move_a_run_faster_than_its_bytes_nor_waste_more_than_its_
     assert packets <= nbytes // packet + 6
     if offset % packet == 0 and nbytes % packet == 0:
         assert packets == nbytes // packet
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    case=cases(64, 64, 64),
+    layers=st.integers(2, 5),
+    l2_bytes=st.sampled_from([8 << 10, 32 << 10, 1 << 20]),
+)
+def test_a_replayed_run_is_the_simulated_run(tiny, case, layers, l2_bytes):
+    """A chain of same-shaped matmuls (x · W0 · W1 ...), each its own kernel, whose later
+    kernels may begin with the L2 holding what an earlier one began with: the engine's
+    replays (engine/replay.py) give every record the simulation gives, whatever the L2 (a
+    small one, where the chain's states repeat, replays a kernel in about 4 draws of 10)."""
+    from dataclasses import replace
+
+    from simulator.config.workload import parse_workload
+    from simulator.engine.world import World, simulate_program
+
+    m, n, _, tiling = case
+    hw = replace(
+        tiny,
+        memories={**tiny.memories, "L2": replace(tiny.memories["L2"], capacity_bytes=l2_bytes)},
+    )
+    tensors = {"x0": {"shape": [m, n]}}
+    ops = []
+    for layer in range(layers):
+        tensors[f"w{layer}"] = {"shape": [n, n], "kind": "weight"}
+        ops.append(
+            {
+                "name": f"mm{layer}",
+                "op": "matmul",
+                "inputs": [f"x{layer}", f"w{layer}"],
+                "output": f"x{layer + 1}",
+            }
+        )
+    raw = {
+        "name": "chain",
+        "hardware": hw.name,
+        "tensors": tensors,
+        "ops": ops,
+        "schedule": {"fusion": "none", "tiling": {op["name"]: tiling for op in ops}},
+    }
+    try:
+        program = lower_workload(parse_workload(raw, "<chain>", hw))
+    except TilingError:
+        assume(False)
+    replayed = World(program, hw).run()
+    simulated = simulate_program(program, hw, replay=False)
+    assert replayed.kernels == simulated.kernels
+    assert (replayed.l2_hits, replayed.l2_misses) == (simulated.l2_hits, simulated.l2_misses)
+    for one, other in zip(replayed.pipes, simulated.pipes, strict=True):
+        assert (one.kernel, one.core, one.pipe, list(one.logged)) == (
+            other.kernel,
+            other.core,
+            other.pipe,
+            list(other.logged),
+        )
