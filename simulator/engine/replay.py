@@ -141,11 +141,20 @@ class Replays:
             )
         return self.shapes[index]
 
-    def keep(self, index: int, logs: Sequence[PipeLog], span: KernelSpan, journal) -> None:
+    def keep(
+        self, index: int, logs: Sequence[PipeLog], span: KernelSpan, journal: Sequence[tuple]
+    ) -> None:
+        """Keep a kernel just simulated for later ones to replay."""
         self.by_entry.setdefault(span.entry[0], []).append(Simulated(index, logs, span, journal))
 
     def replay(
-        self, earlier: Simulated, index: int, start: int, run: int, entry: tuple[str, int], l2
+        self,
+        earlier: Simulated,
+        index: int,
+        start: int,
+        run: int,
+        entry: tuple[str, int],
+        l2: L2Cache,
     ) -> tuple[list[PipeLog], KernelSpan]:
         """Kernel `index`, launched after `start` and begun at `run`, as `earlier` ran: its
         pipe logs and span, and L2 left as that kernel left it, tensor for tensor."""
@@ -154,10 +163,10 @@ class Replays:
         renamed = dict(zip(before, kernel.touched_tensors))
         play(l2, earlier.journal, renamed)
         shift = run - earlier.span.run_cycle
+        queues = [core.queues for core in kernel.cores]
         logs = [
-            PipeLog(index, log.core, log.pipe, kernel.cores[log.core].queues[log.pipe], moved)
+            PipeLog(index, log.core, log.pipe, queues[log.core][log.pipe], _moved(log, shift))
             for log in earlier.logs
-            for moved in [_moved(log.logged, shift)]
         ]
         was = earlier.span
         span = KernelSpan(
@@ -173,9 +182,9 @@ class Replays:
         return logs, span
 
 
-def _moved(logged: Sequence[int], shift: int) -> array:
+def _moved(log: PipeLog, shift: int) -> array:
     """A pipe's logged ints with its cycles moved by `shift`."""
-    rows = np.array(logged, dtype=np.int64).reshape(-1, len(LOGGED))
+    rows = np.array(log.logged, dtype=np.int64).reshape(-1, len(LOGGED))
     rows[:, TIMES] += shift
     moved = array("q")
     moved.frombytes(rows.tobytes())
