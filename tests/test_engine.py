@@ -432,14 +432,15 @@ def test_a_strided_run_costs_a_packet_per_element(tiny):
 
 
 @pytest.mark.parametrize(
-    "hardware, model, step",
+    "hardware, model, step, sample",
     [
-        ("tiny", None, Step("prefill", 1, 64, 64)),
-        ("ascend910", "llama2-7b", Step("decode", 1, 1, 80)),
+        ("tiny", None, Step("prefill", 1, 64, 64), False),
+        ("ascend910", "llama2-7b", Step("decode", 1, 1, 80), False),
+        ("h100", "llama2-7b", Step("decode", 1, 1, 80), True),  # sampled K chunks warm L2
     ],
 )
 def test_a_kernel_that_begins_as_an_earlier_one_did_is_replayed_record_for_record(
-    hardware, model, step
+    hardware, model, step, sample
 ):
     """A model's layers repeat: from the second on, most kernels begin with the L2 holding
     what the layer before's began with, tensor for tensor, and the engine replays them
@@ -453,7 +454,8 @@ def test_a_kernel_that_begins_as_an_earlier_one_did_is_replayed_record_for_recor
     hw = load_hardware(hardware)
     config = toy() if model is None else load_model(model)
     workload = step_workload(config, hw, step, 3, "auto")
-    program = lower_workload(workload)
+    program = lower_workload(workload, sample)
+    assert not sample or any(kernel.sampling for kernel in program.kernels)
     world = World(program, hw)
     replayed, simulated = world.run(), simulate_program(program, hw, replay=False)
     kept = sum(len(kernels) for kernels in world.replays.by_entry.values())

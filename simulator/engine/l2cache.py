@@ -73,8 +73,6 @@ class L2Cache:
     That is what lets a decode kernel find the previous kernel's output still on chip, and a
     prefill kernel find it evicted, without simulating lines."""
 
-    READ, WRITE, WARM = range(3)  # the kinds of a journal's entries
-
     def __init__(self, capacity_bytes: int, geometry: Mapping[str, tuple[int, int, int]]):
         self.capacity_bytes = capacity_bytes
         self.geometry = geometry
@@ -85,8 +83,6 @@ class L2Cache:
         self.misses = 0
         # per tensor, the bytes warming reads found in L2 and fetched (see warm)
         self.warmed: dict[str, list[int]] = {}
-        # when a list, every read, write and warm is noted in it, in order (engine/replay.py)
-        self.journal: list[tuple] | None = None
 
     def entry_state(self, ahead: Iterable[Sequence[str]]) -> str:
         """A digest of what L2 holds, in LRU order, with each tensor named by where the
@@ -110,6 +106,36 @@ class L2Cache:
         ]
         return hashlib.blake2b(repr(state).encode(), digest_size=16).hexdigest()
 
+    def state(self) -> tuple[list[tuple], int, int]:
+        """Every line as (key, cells, bytes), least recently used first, and the lookups'
+        counts of hits and misses so far."""
+        lines = [(key, line.cells, line.nbytes) for key, line in self.lines.items()]
+        return lines, self.hits, self.misses
+
+    def rerun(
+        self,
+        before: tuple[list[tuple], int, int],
+        after: tuple[list[tuple], int, int],
+        renamed: Mapping[str, str],
+    ) -> None:
+        """Leave L2 as a kernel that ran before left it (`after`, from `before`: see state),
+        now that the same kernel on other tensors (`renamed`: its tensors' names then ->
+        now) has begun with the L2 holding what that one began with, line for line
+        (engine/replay.py). A line of a tensor the kernel touched is that line renamed; any
+        other the kernel left alone: it is the line now in its place."""
+        now = dict(zip((key for key, _, _ in before[0]), self.lines.items()))
+        lines: OrderedDict[tuple, _Line] = OrderedDict()
+        for (tensor, granule), cells, nbytes in after[0]:
+            if tensor in renamed:
+                lines[(renamed[tensor], granule)] = _Line(cells, nbytes)
+            else:
+                key, line = now[(tensor, granule)]
+                lines[key] = line
+        self.lines = lines
+        self.used_bytes = sum(line.nbytes for line in lines.values())
+        self.hits += after[1] - before[1]
+        self.misses += after[2] - before[2]
+
     def _cut(self, region: Region):
         """The region cut along granule boundaries (see `_cut_region`)."""
         rows, cols, elem = self.geometry[region.tensor]
@@ -123,8 +149,6 @@ class L2Cache:
         """Look a region up. Missing cells are fetched by this read, whose completion event is
         `fill`. Returns (bytes L2 serves, bytes fetched from HBM, fetches still in flight that
         the hit part must wait for)."""
-        if self.journal is not None:
-            self.journal.append((self.READ, region))
         hit_bytes = fetch_bytes = hits = misses = 0
         in_flight = []
         lines, tensor = self.lines, region.tensor
@@ -167,10 +191,7 @@ class L2Cache:
         counts. `recent`: regions touched since that would have come after them, kept the
         most recently used (made so before the warm, so that it evicts them last, and
         after)."""
-        hits, misses, journal = self.hits, self.misses, self.journal
-        if journal is not None:
-            journal.append((self.WARM, touches, recent))
-            self.journal = None  # its reads and writes are the warm's
+        hits, misses = self.hits, self.misses
         self._refresh(recent)
         for region, written in touches:
             if written:
@@ -181,7 +202,7 @@ class L2Cache:
             found[0] += hit_bytes
             found[1] += fetch_bytes
         self._refresh(recent)
-        self.hits, self.misses, self.journal = hits, misses, journal
+        self.hits, self.misses = hits, misses
 
     def _refresh(self, regions: Sequence[Region]) -> None:
         """Make the granules of `regions` still held the most recently used, in turn."""
@@ -194,8 +215,6 @@ class L2Cache:
 
     def write(self, region: Region) -> None:
         """Write-through with allocate: the written cells become present and recently used."""
-        if self.journal is not None:
-            self.journal.append((self.WRITE, region))
         lines, tensor = self.lines, region.tensor
         pieces, cols, elem = self._cut(region)
         for granule, need, _, _, base, _ in pieces:

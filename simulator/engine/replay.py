@@ -9,11 +9,12 @@ which begins with the L2 holding what that one began with, tensor for tensor
 as that one left it, its tensors for the earlier one's. A model's layers are such copies:
 from the second on, most kernels of a layer begin as the layer before's did.
 
-The engine keeps, for each kernel it simulated, its pipe logs, its span and the L2's journal
-(every lookup, store and warm, in order); a kernel that matches one is not simulated: its
-logs are the earlier kernel's moved to its start, and the journal, renamed, is played into
-L2 as lookups that took no time. The reference twin (engine/reference.py) replays nothing,
-and tests/test_engine.py checks a run with replays against one without, record for record.
+The engine keeps, for each kernel it simulated, its pipe logs, its span and the L2 before
+and after it; a kernel that matches one is not simulated: its logs are the earlier kernel's
+moved to its start, and L2 is left as the earlier kernel left it, its tensors renamed (the
+lines it did not touch are the ones now in their places: L2Cache.rerun). The reference
+twin (engine/reference.py) replays nothing, and tests check a run with replays against one
+without, record for record (tests/test_engine.py, tests/test_properties.py).
 """
 
 from __future__ import annotations
@@ -112,7 +113,8 @@ class Simulated:
     index: int
     logs: Sequence[PipeLog]
     span: KernelSpan
-    journal: Sequence[tuple]  # L2Cache.journal: what it did to L2, in order
+    l2_before: tuple[list[tuple], int, int]  # L2Cache.state as it began
+    l2_after: tuple[list[tuple], int, int]  # and as it ended
 
 
 class Replays:
@@ -141,11 +143,9 @@ class Replays:
             )
         return self.shapes[index]
 
-    def keep(
-        self, index: int, logs: Sequence[PipeLog], span: KernelSpan, journal: Sequence[tuple]
-    ) -> None:
+    def keep(self, simulated: Simulated) -> None:
         """Keep a kernel just simulated for later ones to replay."""
-        self.by_entry.setdefault(span.entry[0], []).append(Simulated(index, logs, span, journal))
+        self.by_entry.setdefault(simulated.span.entry[0], []).append(simulated)
 
     def replay(
         self,
@@ -161,7 +161,8 @@ class Replays:
         kernel = self.program.kernels[index]
         before = self.program.kernels[earlier.index].touched_tensors
         renamed = dict(zip(before, kernel.touched_tensors))
-        play(l2, earlier.journal, renamed)
+        l2.rerun(earlier.l2_before, earlier.l2_after, renamed)
+        l2.warmed = {renamed[tensor]: list(found) for tensor, found in earlier.span.warmed.items()}
         shift = run - earlier.span.run_cycle
         queues = [core.queues for core in kernel.cores]
         logs = [
@@ -189,20 +190,3 @@ def _moved(log: PipeLog, shift: int) -> array:
     moved = array("q")
     moved.frombytes(rows.tobytes())
     return moved
-
-
-def play(l2: L2Cache, journal: Sequence[tuple], renamed: dict[str, str]) -> None:
-    """Do to L2 what a journal says was done, each tensor renamed."""
-
-    def rename(region: Region) -> Region:
-        return Region(renamed[region.tensor], region.row0, region.row1, region.col0, region.col1)
-
-    for entry in journal:
-        kind = entry[0]
-        if kind == L2Cache.READ:
-            l2.read(rename(entry[1]), None)
-        elif kind == L2Cache.WRITE:
-            l2.write(rename(entry[1]))
-        else:
-            touches, recent = entry[1], entry[2]
-            l2.warm([(rename(r), w) for r, w in touches], [rename(r) for r in recent])

@@ -49,7 +49,7 @@ from ..schedule.sampling import Extension, Skip, extension_cycles, warm_order
 from .bandwidth import SharedChannel
 from .l2cache import L2Cache
 from .occupancy import TIME_BITS, kernel_peaks
-from .replay import Replays
+from .replay import Replays, Simulated
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
 from .transfer import AfterTheCycle, EngineQueue, TransferInFlight, landing_delay
 
@@ -276,7 +276,6 @@ class World:
             start = yield from self._launch(index, kernel)
             replays = self.replays
             earlier = None if replays is None else replays.earlier(index, self.entry[0])
-            self.l2.journal = None if replays is None or earlier is not None else []
             if earlier is not None:  # it begins as an earlier kernel did (engine/replay.py)
                 logs, span = replays.replay(
                     earlier, index, start, self.kernel_started, self.entry, self.l2
@@ -285,6 +284,7 @@ class World:
                 yield self.env.timeout(span.end_cycle - self.env.now)
                 self.spans.append(span)
                 continue
+            l2_before = None if replays is None else self.l2.state()
             cores_done, first_log = [], len(self.pipe_logs)
             for core_index, core in enumerate(kernel.cores):
                 state = _CoreState(
@@ -305,8 +305,9 @@ class World:
             yield self.env.all_of(cores_done)
             ends = [done.value for done in cores_done]
             yield from self._finish(index, kernel, start, first_log, ends)
-            if replays is not None:
-                replays.keep(index, self.pipe_logs[first_log:], self.spans[-1], self.l2.journal)
+            if replays is not None and l2_before is not None:
+                logs, after = self.pipe_logs[first_log:], self.l2.state()
+                replays.keep(Simulated(index, logs, self.spans[-1], l2_before, after))
 
     def _launch(self, index: int, kernel: KernelProgram):
         """Wait for kernel `index`'s launch (the one before it has ended) and make it the
