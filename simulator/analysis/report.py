@@ -104,7 +104,7 @@ class Report:
     provenance: Provenance | None = None
     trace: Trace | None = field(default=None, repr=False, compare=False)  # for timelines
     # per kernel, what it began with (KernelSpan.entry): kept with the report, not in its
-    # JSON, so that a cached run still proves a layer repeats (inference.py)
+    # JSON, so that a cached run still proves a layer repeats (layer_steps.py)
     kernel_entries: tuple[tuple[str, int], ...] = field(default=(), repr=False, compare=False)
 
     def __getitem__(self, key: str) -> Any:

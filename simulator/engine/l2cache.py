@@ -90,8 +90,9 @@ class L2Cache:
         from now, its rank there); a tensor none of them touches is only the bytes it
         takes (it can only be evicted). Two kernel starts with the same digest, followed by
         the same kernels, run alike: from the same L2, tensor for tensor, whatever the
-        tensors are called (World records it at each kernel's launch; inference.py uses it
-        to prove a layer repeats the one before it)."""
+        tensors are called (World records it at each kernel's launch, and replays a kernel
+        that begins as an earlier one did: replay.py; layer_steps.py proves from it that a
+        layer repeats the one before)."""
         held = {tensor for tensor, _ in self.lines}
         names: dict[str, tuple[int, int]] = {}
         for distance, touched in enumerate(ahead):
