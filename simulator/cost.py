@@ -163,8 +163,9 @@ def queued_transfers_cycles(
 
 def kernel_start_cycle(index: int, previous_end: int, hw: Hardware) -> int:
     """When kernel `index` (from 0) of a back-to-back sequence can start on the device."""
-    issued = hw.launch_overhead_cycles * (1 if hw.graph_launch else index + 1)
-    return issued if index == 0 else max(issued, previous_end + hw.kernel_gap)
+    return _device_ready_cycle(index, previous_end, hw) - min(
+        0, host_lead_cycles(index, previous_end, hw)
+    )
 
 
 def host_lead_cycles(index: int, previous_end: int, hw: Hardware) -> int:
@@ -172,7 +173,13 @@ def host_lead_cycles(index: int, previous_end: int, hw: Hardware) -> int:
     its issue to when the device could start it (the kernel before it ended, plus the gap);
     below 0 the device waits for the host."""
     issued = hw.launch_overhead_cycles * (1 if hw.graph_launch else index + 1)
-    return (previous_end + hw.kernel_gap if index else 0) - issued
+    return _device_ready_cycle(index, previous_end, hw) - issued
+
+
+def _device_ready_cycle(index: int, previous_end: int, hw: Hardware) -> int:
+    """When the device could start kernel `index` were it issued: the kernel before it
+    ended, plus the gap (the first, at once)."""
+    return previous_end + hw.kernel_gap if index else 0
 
 
 def launch_bound_cycles(kernels: int, hw: Hardware) -> float:

@@ -305,7 +305,7 @@ class World:
             yield self.env.all_of(cores_done)
             ends = [done.value for done in cores_done]
             yield from self._finish(index, kernel, start, first_log, ends)
-            if replays is not None and l2_before is not None:
+            if replays is not None:
                 logs, after = self.pipe_logs[first_log:], self.l2.state()
                 replays.keep(Simulated(index, logs, self.spans[-1], l2_before, after))
 
