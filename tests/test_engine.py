@@ -445,6 +445,7 @@ def test_a_kernel_that_begins_as_an_earlier_one_did_is_replayed_record_for_recor
     """A model's layers repeat: from the second on, most kernels begin with the L2 holding
     what the layer before's began with, tensor for tensor, and the engine replays them
     (engine/replay.py). Every record, span and count is the simulated run's."""
+    from simulator.analysis.report import analyse
     from simulator.config.hardware import load_hardware
     from simulator.config.model import load_model
     from simulator.engine.world import World
@@ -471,3 +472,6 @@ def test_a_kernel_that_begins_as_an_earlier_one_did_is_replayed_record_for_recor
         assert (one.kernel, one.core, one.pipe) == (other.kernel, other.core, other.pipe)
         assert one.instrs is other.instrs
         assert list(one.logged) == list(other.logged)
+    # the analysis counts a replayed kernel as the kernel it replayed: the same report
+    reports = [analyse(trace, program, hw, "step").to_dict() for trace in (replayed, simulated)]
+    assert reports[0] == reports[1]

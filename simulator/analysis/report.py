@@ -140,18 +140,6 @@ def analyse(
     time_s = cycles / hw.clock_hz
     hbm = hw.memories["HBM"]
 
-    busy = {pipe: 0 for pipe in PIPES}
-    stalls = {pipe: dict.fromkeys(STALL_CAUSES, 0) for pipe in PIPES}
-    per_tensor: dict[str, dict[str, Any]] = {
-        name: {
-            "role": role,
-            "bytes": nbytes,
-            "hbm_read_bytes": 0,
-            "l2_read_bytes": 0,
-            "hbm_write_bytes": 0,
-        }
-        for name, (role, nbytes) in program.tensor_roles.items()
-    }
     logs_of: list[list[PipeLog]] = [[] for _ in program.kernels]
     for log in trace.pipes:
         logs_of[log.kernel].append(log)
@@ -170,13 +158,35 @@ def analyse(
             instr, program, rate, engine.packet_bytes
         )
 
-    kernel_engine_cycles = [dict.fromkeys(ENGINES, 0.0) for _ in program.kernels]
-    kernel_traffic = [
-        _tally(logs, kernel, span.warmed, busy, stalls, per_tensor, engine_cycles_of, engine_cycles)
-        for logs, kernel, span, engine_cycles in zip(
-            logs_of, program.kernels, trace.kernels, kernel_engine_cycles
-        )
-    ]
+    tallies: list[_Tally] = []
+    for logs, kernel, span in zip(logs_of, program.kernels, trace.kernels):
+        if span.replayed < 0:
+            tallies.append(_tally(logs, kernel, span.warmed, engine_cycles_of))
+        else:  # it ran as an earlier kernel did, its tensors for that one's: so it counts
+            earlier = program.kernels[span.replayed].touched_tensors
+            renamed = dict(zip(earlier, kernel.touched_tensors))
+            tallies.append(tallies[span.replayed].renamed(renamed))
+    busy = {pipe: sum(t.busy[pipe] for t in tallies) for pipe in PIPES}
+    stalls = {
+        pipe: {cause: sum(t.stalls[pipe][cause] for t in tallies) for cause in STALL_CAUSES}
+        for pipe in PIPES
+    }
+    per_tensor: dict[str, dict[str, Any]] = {
+        name: {
+            "role": role,
+            "bytes": nbytes,
+            **dict(zip(_Tally.TENSOR_KEYS, (0, 0, 0))),
+        }
+        for name, (role, nbytes) in program.tensor_roles.items()
+    }
+    for tally in tallies:
+        for name, counts in tally.tensors.items():
+            entry = per_tensor.get(name)
+            if entry is not None:
+                for key, count in zip(_Tally.TENSOR_KEYS, counts):
+                    entry[key] += count
+    kernel_traffic = [t.traffic for t in tallies]
+    kernel_engine_cycles = [t.engine_cycles for t in tallies]
     engine_cycles = {engine: sum(e[engine] for e in kernel_engine_cycles) for engine in ENGINES}
     traffic = {
         level: {
@@ -400,19 +410,40 @@ def _classify(ceilings: dict[str, float], cycles: int) -> tuple[str, str]:
     return ("compute" if binding in COMPUTE_CEILINGS else "memory"), binding
 
 
+@dataclass(frozen=True)
+class _Tally:
+    """What one kernel's run adds up to: the bytes read from and written to each level, each
+    pipe's busy cycles and stalls, per tensor the bytes read from HBM and L2 and written to
+    HBM (TENSOR_KEYS), and each engine's cycles of moving bytes at its own rates."""
+
+    TENSOR_KEYS = ("hbm_read_bytes", "l2_read_bytes", "hbm_write_bytes")
+
+    traffic: dict[str, dict[str, int]]
+    busy: dict[str, int]
+    stalls: dict[str, dict[str, int]]
+    tensors: dict[str, list[int]]
+    engine_cycles: dict[str, float]
+
+    def renamed(self, names: Mapping[str, str]) -> _Tally:
+        """The tally of a kernel that ran as this one did with `names` for its tensors."""
+        return _Tally(
+            self.traffic,
+            self.busy,
+            self.stalls,
+            {names[name]: counts for name, counts in self.tensors.items()},
+            self.engine_cycles,
+        )
+
+
 def _tally(
     logs: list[PipeLog],
     kernel: KernelProgram,
     warmed: Mapping[str, list[int]],
-    busy: dict,
-    stalls: dict,
-    per_tensor: dict,
     engine_cycles_of: Callable[[Transfer], float],
-    engine_cycles: dict[str, float],
-) -> dict[str, dict[str, int]]:
-    """One pass over one kernel's pipe logs: returns the bytes read from and written to each
-    level, and adds to the busy cycles and stalls per pipe, the traffic per tensor and each
-    engine's cycles of moving bytes at its own rates (no start-ups, no sharing).
+) -> _Tally:
+    """One pass over one kernel's pipe logs: the bytes read from and written to each level,
+    the busy cycles and stalls per pipe, the traffic per tensor and each engine's cycles of
+    moving bytes at its own rates (no start-ups, no sharing).
 
     The bytes an instruction names are counted once per distinct instruction, times the times
     it ran (the lowering reuses one instruction on every core and block). A global read is
@@ -422,6 +453,10 @@ def _tally(
     except that what its reads found in L2 is in the share the skipped chunks' regions
     found there (`warmed`, per tensor: bytes found and fetched)."""
     traffic = {level: {"read_bytes": 0, "write_bytes": 0} for level in LEVELS}
+    busy = dict.fromkeys(PIPES, 0)
+    stalls = {pipe: dict.fromkeys(STALL_CAUSES, 0) for pipe in PIPES}
+    per_tensor: dict[str, list[int]] = {}  # TENSOR_KEYS of each
+    engine_cycles = dict.fromkeys(ENGINES, 0.0)
     hbm, l2 = traffic["HBM"], traffic["L2"]
     l2["multicast_bytes"] = 0  # bytes cores received from L2 reads that served a peer too
     ran: Counter[Any] = Counter()
@@ -447,18 +482,17 @@ def _tally(
             if times > 1 and instr.src == "HBM":
                 found = warmed.get(instr.region.tensor)
                 hit_bytes, fetched_bytes = _skipped_too(hit_bytes, fetched_bytes, times, found)
-            entry = per_tensor.get(instr.region.tensor)
+            entry = per_tensor.setdefault(instr.region.tensor, [0, 0, 0])
             if instr.src == "HBM":
                 port_bytes = l2_port_bytes(hit_bytes, instr.multicast)
                 hbm["read_bytes"] += fetched_bytes
                 l2["read_bytes"] += port_bytes
                 l2["multicast_bytes"] += hit_bytes - port_bytes
                 l2["write_bytes"] += fetched_bytes
-                if entry is not None:
-                    entry["hbm_read_bytes"] += fetched_bytes
-                    entry["l2_read_bytes"] += port_bytes
-            elif entry is not None:
-                entry["hbm_write_bytes"] += times * instr.nbytes
+                entry[0] += fetched_bytes
+                entry[1] += port_bytes
+            else:
+                entry[2] += times * instr.nbytes
     for instr, times in ran.items():
         if isinstance(instr, Transfer):
             engine_cycles[instr.pipe] += times * engine_cycles_of(instr)
@@ -469,7 +503,7 @@ def _tally(
             traffic[level]["write_bytes"] += times * nbytes
             if level == "HBM":
                 l2["write_bytes"] += times * nbytes
-    return traffic
+    return _Tally(traffic, busy, stalls, per_tensor, engine_cycles)
 
 
 def _skipped_too(

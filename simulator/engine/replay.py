@@ -179,6 +179,7 @@ class Replays:
             was.error_cycles,
             l2.warmed,
             entry,
+            earlier.index,
         )
         return logs, span
 

@@ -114,6 +114,8 @@ class KernelSpan:
     # what it began with: the L2's state (L2Cache.entry_state) and how far ahead of the
     # device the host had issued it (cost.host_lead_cycles)
     entry: tuple[str, int] = ("", 0)
+    # the earlier kernel it ran as, replayed (engine/replay.py), or -1; the same run either way
+    replayed: int = field(default=-1, compare=False)
 
 
 @dataclass(frozen=True)

@@ -46,16 +46,27 @@ def tensor_roles(workload: Workload, plan: Plan) -> dict[str, tuple[str, int]]:
     return roles
 
 
-def read_once_bytes(name: str, readers: Iterable[Op], tensors: Mapping[str, Tensor]) -> int:
-    """The bytes of a tensor its readers must fetch at least once: all of them, unless every
-    reader only gathers rows of it (an embedding lookup reads a row per token, not the
-    table)."""
-    readers = list(readers)
+def read_once_bytes(name: str, ops: Iterable[Op], tensors: Mapping[str, Tensor]) -> int:
+    """The bytes of a tensor the ops reading it (among `ops`) must fetch at least once: all
+    of them, unless every reader only gathers rows of it (an embedding lookup reads a row per
+    token, not the table)."""
+    readers = [op for op in ops if name in op.inputs]
     tensor = tensors[name]
     if not readers or not all(OPS[op.op].gathers for op in readers):
         return tensor.nbytes
     gathered = max(math.prod(tensors[op.output].shape) for op in readers)
     return min(tensor.nbytes, gathered * DTYPE_BYTES[tensor.dtype])
+
+
+def compulsory_bytes(workload: Workload, roles: Mapping[str, tuple[str, int]]) -> int:
+    """The HBM traffic no schedule avoids: every input read once (a gathered one, its rows),
+    every kernel's result written once (an input kernels read only through a view counts as
+    that view)."""
+    return sum(
+        read_once_bytes(name, workload.ops, workload.tensors) if role in INPUT_ROLES else nbytes
+        for name, (role, nbytes) in roles.items()
+        if role not in ("on_chip", "viewed")
+    )
 
 
 def footprint_bytes(roles: Mapping[str, tuple[str, int]]) -> dict[str, int]:

@@ -24,9 +24,10 @@ from ..errors import SimulatorError, TooLargeError
 from ..ops import DTYPE_BYTES
 from .attention import lower_attention
 from .attention_plan import attention_workspace
+from .copies import LoweredKernels
 from .epilogue import VectorChain, as_2d, chain_bytes
 from .footprint import (
-    INPUT_ROLES,
+    compulsory_bytes,
     read_once_bytes,
     refuse_if_over_capacity,
     refuse_if_too_large,
@@ -69,7 +70,7 @@ from .tiling import (
     resolve_tiling,
     round_up,
 )
-from .vector_kernel import kernel_flops, lower_vector, readers_of
+from .vector_kernel import kernel_flops, lower_vector
 
 
 def lower(workload: Workload, plan: Plan, sample: bool = False) -> Program:
@@ -93,15 +94,19 @@ def lower(workload: Workload, plan: Plan, sample: bool = False) -> Program:
     lowered: list[KernelProgram] = []
     problems: list[str] = []
     chunks: dict = {}  # K chunks built so far, shared by matmuls of one shape and tiling
+    copies = LoweredKernels(workload, sample)  # a kernel like one lowered is renamed
+
+    def lower_kernel(kernel: Kernel) -> tuple[KernelProgram, ...]:
+        if kernel.attention:
+            return lower_attention(kernel, workload, workload.hardware)
+        if kernel.gemms:
+            return (lower_matmul(kernel, workload, workload.hardware, chunks, sample),)
+        return (lower_vector(kernel, workload, workload.hardware),)
+
     total = 0
     for kernel in plan.kernels:
         try:
-            if kernel.attention:
-                programs = lower_attention(kernel, workload, workload.hardware)
-            elif kernel.gemms:
-                programs = (lower_matmul(kernel, workload, workload.hardware, chunks, sample),)
-            else:
-                programs = (lower_vector(kernel, workload, workload.hardware),)
+            programs = copies.programs(kernel, lower_kernel)
         except TooLargeError as exc:  # nothing else is worth lowering
             raise TooLargeError(f"{workload.source}: {exc}", exc.instructions) from None
         except TilingError as exc:
@@ -123,18 +128,9 @@ def lower(workload: Workload, plan: Plan, sample: bool = False) -> Program:
     geometry = {
         t.name: (*as_2d(t), DTYPE_BYTES[t.dtype]) for t in (*workload.tensors.values(), *workspaces)
     }
-    # compulsory traffic: every input read once (a gathered one, its rows), every kernel's
-    # result written once (an input kernels read only through a view counts as that view)
-    compulsory = sum(
-        read_once_bytes(name, readers_of(workload.ops, name), workload.tensors)
-        if role in INPUT_ROLES
-        else nbytes
-        for name, (role, nbytes) in roles.items()
-        if role not in ("on_chip", "viewed")
-    )
     nz = frozenset(t.name for t in workload.tensors.values() if t.layout == "nz")
     slices = {op.output: op.attrs["step"] for op in workload.ops if op.op == "slice"}
-    return Program(tuple(lowered), geometry, compulsory, roles, nz, slices)
+    return Program(tuple(lowered), geometry, compulsory_bytes(workload, roles), roles, nz, slices)
 
 
 # an output block: its batch, rows, columns and the columns of its cell
@@ -204,7 +200,7 @@ def lower_matmul(
         kernel_flops(kernel.ops, tensors),
         cores,
         t.to_dict(),
-        sum(read_once_bytes(n, readers_of(kernel.ops, n), tensors) for n in ins),
+        sum(read_once_bytes(n, kernel.ops, tensors) for n in ins),
         tensors[kernel.output].nbytes,
         buffers,
         vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector)

@@ -5,10 +5,8 @@ chain, MTE3 stores."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from ..config.hardware import Hardware
-from ..config.workload import Op, Workload
+from ..config.workload import Workload
 from ..cost import vector_work
 from ..errors import TilingError, TooLargeError
 from ..ops import OPS, operands_of
@@ -101,15 +99,11 @@ def lower_vector(kernel: Kernel, workload: Workload, hw: Hardware) -> KernelProg
         kernel_flops(ops, tensors),
         tuple(cores),
         {"row_chunk": tile_cols, "passes": 2} if split_rows else None,
-        sum(read_once_bytes(n, readers_of(kernel.ops, n), tensors) for n in ins),
+        sum(read_once_bytes(n, kernel.ops, tensors) for n in ins),
         out.nbytes,
         {"UB": ub_need(tile_rows, tile_cols)},
         vector_work_bytes=vector_work(kernel.epilogue, tensors, hw.vector),
     )
-
-
-def readers_of(ops: Iterable[Op], name: str) -> list[Op]:
-    return [op for op in ops if name in op.inputs]
 
 
 def kernel_flops(ops, tensors) -> int:

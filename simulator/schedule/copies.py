@@ -1,0 +1,183 @@
+"""Kernels lowered once: a kernel that is an earlier one with other tensors of the same
+shapes (a model's layers are one another's copies; a decode step's GEMMs are the step
+before's) gets that kernel's programs with its tensors renamed instead of being lowered again.
+
+Lowering reads a kernel's ops (their types, attributes and the tensors they connect), those
+tensors' shapes, dtypes, kinds and layouts (and a slice view's step), the tilings the
+workload gives its ops, the hardware and whether it samples: nothing else. `signature` is all
+of that with every tensor named by its place in the kernel, so two kernels of one signature
+lower to the same programs but for the names, which `renamed` swaps. Instructions that name
+no tensor are shared, as lowering already shares them between cores and blocks.
+tests/test_lower.py checks the renamed programs against ones lowered afresh, field for field.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Hashable
+from dataclasses import replace
+
+from ..config.hardware import Hardware
+from ..config.workload import Workload
+from .kernel import Kernel
+from .program import CoreProgram, GlobalTransfer, Instruction, KernelProgram, _shared
+from .region import Region
+from .sampling import KernelSampling, Skip
+
+PARTIALS = ".partials"  # the suffix of a split attention's workspace (attention_plan.py)
+
+
+_Names = tuple[str, tuple[str, ...], tuple[str, ...]]  # a kernel's, its tensors' and ops'
+
+
+class LoweredKernels:
+    """The kernels lowered for one workload, by signature, seeded with those of the workload
+    lowered just before when it ran on the same hardware (the steps of a request)."""
+
+    _previous: LoweredKernels | None = None  # the last workload's, for the next
+
+    def __init__(self, workload: Workload, sample: bool):
+        self.hardware: Hardware = workload.hardware
+        self.sample = sample
+        self.tensors = workload.tensors
+        self.tilings = workload.tiling_for
+        self.slice_steps = {op.output: op.attrs["step"] for op in workload.ops if op.op == "slice"}
+        earlier = LoweredKernels._previous
+        same = (
+            earlier is not None and earlier.hardware is self.hardware and earlier.sample == sample
+        )
+        self.earlier = earlier.lowered if same and earlier is not None else {}
+        # signature -> the names of each kernel of it lowered -> its programs
+        self.lowered: dict[Hashable, dict[_Names, tuple[KernelProgram, ...]]] = {}
+        LoweredKernels._previous = self
+
+    def programs(
+        self, kernel: Kernel, lower: Callable[[Kernel], tuple[KernelProgram, ...]]
+    ) -> tuple[KernelProgram, ...]:
+        """The kernel's programs: those of a kernel of its signature and names lowered before,
+        or theirs renamed, or (none yet) what `lower(kernel)` gives."""
+        key, names = self._signature(kernel)
+        alike = self.lowered.get(key)
+        if alike is None:
+            alike = self.lowered[key] = dict(self.earlier.get(key, {}))
+        if names not in alike:
+            alike[names] = (
+                self._renamed(next(iter(alike.items())), names) if alike else lower(kernel)
+            )
+        return alike[names]
+
+    @staticmethod
+    def _renamed(
+        lowered: tuple[_Names, tuple[KernelProgram, ...]], names: _Names
+    ) -> tuple[KernelProgram, ...]:
+        (kernel, tensors, ops), programs = lowered
+        renamed = dict(zip(tensors, names[1]))
+        renamed.update([(old + PARTIALS, new + PARTIALS) for old, new in renamed.items()])
+        swap = _Renaming(renamed, dict(zip(ops, names[2])), kernel, names[0])
+        return tuple(swap.program(program) for program in programs)
+
+    def _signature(self, kernel: Kernel) -> tuple[Hashable, _Names]:
+        """Everything lowering reads of a kernel, its tensors named by place; and its names:
+        its own, its tensors' in that order and its ops'."""
+        places: dict[str, int] = {}
+        ops = tuple(
+            (
+                op.op,
+                repr(sorted(op.attrs.items())),
+                tuple(places.setdefault(name, len(places)) for name in op.inputs),
+                places.setdefault(op.output, len(places)),
+                self.tilings(op.name),
+                op in kernel.gemms,
+                op in kernel.epilogue,
+            )
+            for op in kernel.ops
+        )
+        tensors = tuple(
+            replace(self.tensors[name], name="", path="") for name in places
+        )  # shape, dtype, kind and layout
+        steps = tuple(self.slice_steps.get(name) for name in places)
+        names = (kernel.name, tuple(places), tuple(op.name for op in kernel.ops))
+        return (ops, tensors, steps, self.sample), names
+
+
+class _Renaming:
+    """One kernel's programs with their tensors, ops and kernel renamed."""
+
+    def __init__(self, tensors: dict[str, str], ops: dict[str, str], old: str, new: str):
+        self.tensors, self.ops, self.old, self.new = tensors, ops, old, new
+        changed = sorted((n for n, m in tensors.items() if n != m), key=len, reverse=True)
+        # a tensor in a label: a region or a vector op's tile, `name[rows, cols]`
+        self.named = changed and re.compile(
+            r"(?<= )(" + "|".join(map(re.escape, changed)) + r")(?=\[)"
+        )
+        self.instructions: dict[int, Instruction] = {}
+        self.labels: dict[str, str] = {}
+        self.regions: dict[Region, Region] = {}
+
+    def program(self, program: KernelProgram) -> KernelProgram:
+        sampling = program.sampling
+        if sampling is not None:
+            sampling = KernelSampling(
+                sampling.chunks,
+                sampling.kept,
+                sampling.windows,
+                tuple(
+                    tuple(
+                        Skip(
+                            skip.chunks_before,
+                            tuple(
+                                tuple((self.region(r), wrote) for r, wrote in step)
+                                for step in skip.steps
+                            ),
+                        )
+                        for skip in skips
+                    )
+                    for skips in sampling.skips
+                ),
+            )
+        return replace(
+            program,
+            name=self.new + program.name[len(self.old) :],
+            ops=tuple(self.ops[op] for op in program.ops),
+            cores=tuple(self.core(core) for core in program.cores),
+            sampling=sampling,
+        )
+
+    def core(self, core: CoreProgram) -> CoreProgram:
+        instructions, instruction = self.instructions, self.instruction
+        return replace(
+            core,
+            queues={
+                pipe: tuple(
+                    instructions.get(id(i)) or instruction(i)  # shared: renamed once
+                    for i in queue
+                )
+                for pipe, queue in core.queues.items()
+            },
+        )
+
+    def instruction(self, instr: Instruction) -> Instruction:
+        label = self.labels.get(instr.label)
+        if label is None:
+            label = instr.label if not self.named else self.named.sub(self._name, instr.label)
+            label = self.labels[instr.label] = sys.intern(label)
+        if type(instr) is GlobalTransfer:
+            renamed: Instruction = replace(instr, label=label, region=self.region(instr.region))
+        elif label != instr.label:
+            renamed = replace(instr, label=label)
+        else:
+            renamed = instr
+        self.instructions[id(instr)] = renamed
+        return renamed
+
+    def region(self, region: Region) -> Region:
+        renamed = self.regions.get(region)
+        if renamed is None:
+            renamed = self.regions[region] = _shared(
+                replace(region, tensor=self.tensors[region.tensor])
+            )
+        return renamed
+
+    def _name(self, match: re.Match) -> str:
+        return self.tensors[match.group(1)]

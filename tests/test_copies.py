@@ -1,0 +1,105 @@
+"""A kernel that copies an earlier one is renamed, not lowered again (schedule/copies.py): the
+renamed programs must be the ones lowering gives afresh, field for field."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from simulator.config.hardware import load_hardware
+from simulator.config.model import load_model
+from simulator.config.transformer import Step, step_workload
+from simulator.config.workload import load_workload
+from simulator.schedule.attention import lower_attention
+from simulator.schedule.fusion import plan_kernels
+from simulator.schedule.lower import lower, lower_matmul
+from simulator.schedule.vector_kernel import lower_vector
+
+
+def _fields(value, seen=None):
+    """A value with every instruction (compared by identity) spelled out field by field; an
+    object met before (instructions recur) is spelled out once."""
+    seen = {} if seen is None else seen
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        spelled = seen.get(id(value))
+        if spelled is None:
+            spelled = seen[id(value)] = (
+                type(value).__name__,
+                *(_fields(getattr(value, f.name), seen) for f in dataclasses.fields(value)),
+            )
+        return spelled
+    if isinstance(value, dict):
+        return tuple((k, _fields(v, seen)) for k, v in value.items())
+    if isinstance(value, (tuple, list)):
+        return tuple(_fields(v, seen) for v in value)
+    return value
+
+
+def _afresh(workload, sample):
+    """Every kernel of the workload lowered on its own, nothing reused."""
+    hw, programs = workload.hardware, []
+    for kernel in plan_kernels(workload).kernels:
+        if kernel.attention:
+            programs += lower_attention(kernel, workload, hw)
+        elif kernel.gemms:
+            programs.append(lower_matmul(kernel, workload, hw, {}, sample))
+        else:
+            programs.append(lower_vector(kernel, workload, hw))
+    return programs
+
+
+def _step(model, hardware, phase, tokens, context, layers=2, weights="fp16"):
+    return step_workload(
+        load_model(model),
+        hardware,
+        Step(phase, 1, tokens, context),
+        layers,
+        "auto",
+        weights,
+        "fp16",
+    )
+
+
+@pytest.mark.parametrize(
+    "chip, model, phase, tokens, context, layers, weights, sample",
+    [
+        ("ascend910", "llama2-7b", "prefill", 64, 64, 2, "fp16", False),
+        ("ascend910", "llama2-7b", "prefill", 512, 512, 2, "fp16", True),
+        ("h100", "llama2-7b", "decode", 1, 4000, 2, "fp16", False),  # split attention
+        ("h100", "mixtral-8x7b", "prefill", 32, 32, 1, "int8", False),  # experts; int8 B
+    ],
+)
+def test_a_copied_kernel_is_the_kernel_lowered_afresh(
+    chip, model, phase, tokens, context, layers, weights, sample
+):
+    hardware = load_hardware(chip)
+    workload = _step(model, hardware, phase, tokens, context, layers, weights)
+    lowered = lower(workload, plan_kernels(workload), sample)
+    afresh = _afresh(workload, sample)
+    assert [k.name for k in lowered.kernels] == [k.name for k in afresh]
+    for kernel, fresh in zip(lowered.kernels, afresh):
+        assert _fields(kernel) == _fields(fresh), kernel.name
+    if sample:
+        assert any(k.sampling is not None for k in lowered.kernels)
+
+
+def test_the_next_step_on_the_same_chip_reuses_the_last_steps_kernels():
+    hardware = load_hardware("ascend910")
+    first = lower(*_planned(_step("llama2-7b", hardware, "decode", 1, 300)))
+    workload = _step("llama2-7b", hardware, "decode", 1, 400)
+    second = lower(*_planned(workload))
+    shared = [k for k in second.kernels if any(k is f for f in first.kernels)]
+    assert shared and len(shared) < len(second.kernels)  # the GEMMs, not attention
+    for kernel, fresh in zip(second.kernels, _afresh(workload, False)):
+        assert _fields(kernel) == _fields(fresh), kernel.name
+
+
+def test_a_workload_file_lowers_as_its_kernels_do_alone():
+    workload = load_workload("workloads/llama7b_decode_layer.yaml")
+    lowered = lower(*_planned(workload))
+    assert _fields(lowered.kernels) == _fields(tuple(_afresh(workload, False)))
+
+
+def _planned(workload):
+    return workload, plan_kernels(workload)
