@@ -26,7 +26,11 @@ def _fields(value, seen=None):
         if spelled is None:
             spelled = seen[id(value)] = (
                 type(value).__name__,
-                *(_fields(getattr(value, f.name), seen) for f in dataclasses.fields(value)),
+                *(
+                    _fields(getattr(value, f.name), seen)
+                    for f in dataclasses.fields(value)
+                    if f.compare  # not what it is a copy of
+                ),
             )
         return spelled
     if isinstance(value, dict):

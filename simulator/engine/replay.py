@@ -3,7 +3,7 @@
 A kernel's run depends on its program and on what L2 holds as it starts, nothing else: the
 other shared state (HBM's and L2's flows, the same-address queues) is idle between kernels,
 and the launch wait before it is counted apart. So a kernel whose program is an earlier
-kernel's with other tensors of the same shapes in the same places (`shape_digest`), and
+kernel's with other tensors of the same shapes in the same places (`tensors_digest`), and
 which begins with the L2 holding what that one began with, tensor for tensor
 (L2Cache.entry_state), takes the same cycles, instruction for instruction, and leaves L2
 as that one left it, its tensors for the earlier one's. A model's layers are such copies:
@@ -34,14 +34,11 @@ from .trace import LOGGED, KernelSpan, PipeLog
 TIMES = (LOGGED.index("start_cycle"), LOGGED.index("end_cycle"))  # the logged cycles
 
 
-def shape_digest(kernel: KernelProgram, program: Program, numbers: dict[tuple, int]) -> str | None:
-    """A digest of everything in a kernel's program that decides its run, each tensor named
-    by its place in `kernel.touched_tensors` (its shape, layout and slicing with it) and
-    labels left out; None where its sampling touches a tensor its instructions do not.
-    `numbers` numbers the distinct instruction shapes of the run (kept by the caller), so
-    that a queue is digested as its shapes' numbers: equal numbers, equal shapes."""
-    names = {tensor: place for place, tensor in enumerate(kernel.touched_tensors)}
-    digest = hashlib.blake2b(digest_size=16)
+def tensors_digest(kernel: KernelProgram, program: Program, queues: bytes) -> str:
+    """A digest of everything in a kernel's program that decides its run, given its queues'
+    (`queues_digest`): those and the shape, layout and slicing of each tensor it touches, in
+    the order it touches them."""
+    digest = hashlib.blake2b(queues, digest_size=16)
     for tensor in kernel.touched_tensors:
         digest.update(
             repr(
@@ -52,6 +49,17 @@ def shape_digest(kernel: KernelProgram, program: Program, numbers: dict[tuple, i
                 )
             ).encode()
         )
+    return digest.hexdigest()
+
+
+def queues_digest(kernel: KernelProgram, numbers: dict[tuple, int]) -> bytes | None:
+    """A digest of a kernel's queues and sampling, each tensor named by its place in
+    `kernel.touched_tensors` and labels left out (so the same for a kernel and its copies:
+    schedule/copies.py); None where its sampling touches a tensor its instructions do not.
+    `numbers` numbers the distinct instruction shapes of the run (kept by the caller), so
+    that a queue is digested as its shapes' numbers: equal numbers, equal shapes."""
+    names = {tensor: place for place, tensor in enumerate(kernel.touched_tensors)}
+    digest = hashlib.blake2b(digest_size=16)
     known: dict[int, int] = {}  # an instruction (it recurs by identity) -> its shape's number
     for core in kernel.cores:
         for pipe, queue in core.queues.items():
@@ -80,7 +88,7 @@ def shape_digest(kernel: KernelProgram, program: Program, numbers: dict[tuple, i
         except KeyError:
             return None
         digest.update(repr((sampling.chunks, sampling.kept, sampling.windows, skips)).encode())
-    return digest.hexdigest()
+    return digest.digest()
 
 
 def _shape(instr: Instruction, names: dict[str, int]) -> tuple:
@@ -125,6 +133,8 @@ class Replays:
         self.by_entry: dict[str, list[Simulated]] = {}
         self.shapes: dict[int, str | None] = {}  # digested on first need: most never match
         self.numbers: dict[tuple, int] = {}  # every distinct instruction shape digested
+        # per program a kernel's is a copy of (or its own), by id: it and its queues digest
+        self.queues: dict[int, tuple[KernelProgram, bytes | None]] = {}
 
     def earlier(self, index: int, entry: str) -> Simulated | None:
         """A kernel simulated before kernel `index` that began with the same L2 (`entry`)
@@ -137,10 +147,16 @@ class Replays:
         return None
 
     def _shape(self, index: int) -> str | None:
+        """Kernel `index`'s shape (tensors_digest), its queues digested once for all copies."""
         if index not in self.shapes:
-            self.shapes[index] = shape_digest(
-                self.program.kernels[index], self.program, self.numbers
-            )
+            kernel = self.program.kernels[index]
+            source = kernel.copy_of or kernel
+            kept = self.queues.get(id(source))
+            if kept is None:
+                kept = self.queues[id(source)] = (source, queues_digest(source, self.numbers))
+            queues = kept[1]
+            shape = None if queues is None else tensors_digest(kernel, self.program, queues)
+            self.shapes[index] = shape
         return self.shapes[index]
 
     def keep(self, simulated: Simulated) -> None:

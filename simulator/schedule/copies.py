@@ -142,6 +142,7 @@ class _Renaming:
             ops=tuple(self.ops[op] for op in program.ops),
             cores=tuple(self.core(core) for core in program.cores),
             sampling=sampling,
+            copy_of=program.copy_of or program,
         )
 
     def core(self, core: CoreProgram) -> CoreProgram:

@@ -392,6 +392,8 @@ class KernelProgram:
     gemms: int = 0  # GEMMs sharing each A block (dual GEMM: 2)
     l1_from_ub_bytes: int = 0  # bytes L1 receives from UB, not from global memory (attention)
     sampling: KernelSampling | None = None  # what was sampled, if anything (sampling.py)
+    # the kernel's program this one renames (copies.py): its instructions but for the names
+    copy_of: KernelProgram | None = field(default=None, compare=False, repr=False)
 
     @property
     def instruction_count(self) -> int:
