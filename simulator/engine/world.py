@@ -46,7 +46,7 @@ from ..schedule.program import (
 )
 from ..schedule.sampling import TIMED_PIPE as TIMED
 from ..schedule.sampling import Extension, Skip, extension_cycles, warm_order
-from .bandwidth import SharedChannel
+from .bandwidth import channel
 from .l2cache import L2Cache
 from .occupancy import TIME_BITS, kernel_peaks
 from .replay import Replays, Simulated
@@ -163,7 +163,7 @@ class World:
         self.replays = Replays(program) if replay else None
         self.env = env or simpy.Environment()  # a benchmark may pass an instrumented one
         self.channels = {
-            name: SharedChannel(self.env, name, mem.sustained_bytes_per_cycle)
+            name: channel(self.env, name, mem.sustained_bytes_per_cycle, hw.cores)
             for name, mem in hw.memories.items()
         }
         self.l2 = L2Cache(hw.memories["L2"].capacity_bytes, program.tensor_geometry)
