@@ -37,26 +37,25 @@ class _Flow:
         self.done = done
 
 
-def channel(
-    env: simpy.Environment, name: str, bytes_per_cycle: float, cores: int
-) -> SharedChannel | VectorChannel:
+def channel(env: simpy.Environment, name: str, bytes_per_cycle: float, cores: int) -> SharedChannel:
     """The channel of a shared memory on a chip of `cores` cores (see the module docstring)."""
     kind = VectorChannel if cores >= VECTOR_FROM_CORES else SharedChannel
     return kind(env, name, bytes_per_cycle)
 
 
 class SharedChannel:
-    """One shared memory port of `bytes_per_cycle`, with fair sharing among flows."""
+    """One shared memory port of `bytes_per_cycle`, with fair sharing among flows, worked out
+    flow by flow."""
 
     def __init__(self, env: simpy.Environment, name: str, bytes_per_cycle: float):
         self.env = env
         self.name = name
         self.bytes_per_cycle = bytes_per_cycle
-        self.flows: list[_Flow] = []  # in the order they started (they finish in it)
-        self.by_cap: list[_Flow] = []  # the same flows, ordered by cap for water-filling
         self.updated_at: float = 0
         self.version = 0  # of the timer that will end the next flows
         self.timer_at: float | None = None
+        self.flows: list[_Flow] = []  # in the order they started (they finish in it)
+        self.by_cap: list[_Flow] = []  # the same flows, ordered by cap for water-filling
 
     def transfer(self, nbytes: int, cap_bytes_per_cycle: float) -> simpy.Event:
         """An event that fires when `nbytes` have crossed this channel at the shared rate."""
@@ -65,11 +64,14 @@ class SharedChannel:
             done.succeed()
             return done
         self._advance()
-        flow = _Flow(nbytes, cap_bytes_per_cycle, done)
-        self.flows.append(flow)
-        insort(self.by_cap, flow, key=_cap_of)
+        self._add(nbytes, cap_bytes_per_cycle, done)
         self._share()
         return done
+
+    def _add(self, nbytes: int, cap: float, done: simpy.Event) -> None:
+        flow = _Flow(nbytes, cap, done)
+        self.flows.append(flow)
+        insort(self.by_cap, flow, key=_cap_of)
 
     def _advance(self) -> None:
         elapsed = self.env.now - self.updated_at
@@ -80,7 +82,7 @@ class SharedChannel:
 
     def _share(self) -> None:
         """Water-fill: the most constrained flows take their cap, the rest split what is left
-        equally."""
+        equally; then time the next end."""
         left = self.bytes_per_cycle
         count = len(self.by_cap)
         for index, flow in enumerate(self.by_cap):
@@ -97,11 +99,15 @@ class SharedChannel:
             flow.finish = finish = now + max(0, math.ceil(flow.remaining / flow.rate - _EPSILON))
             if soonest is None or finish < soonest:
                 soonest = finish
+        self._time(soonest)
+
+    def _time(self, soonest: float | None) -> None:
+        """Set the timer for the next end, at cycle `soonest` (None: no flow), unless set."""
         if soonest is not None and soonest != self.timer_at:  # else the timer set stands
             self.version += 1
             version = self.version
             self.timer_at = soonest
-            timer = self.env.timeout(soonest - now)
+            timer = self.env.timeout(soonest - self.env.now)
             timer.callbacks.append(lambda _event: self._on_timer(version))
 
     def _on_timer(self, version: int) -> None:
@@ -109,52 +115,43 @@ class SharedChannel:
             return  # a start or end since then rescheduled the next completion
         self.timer_at = None
         self._advance()
+        for done in self._finished():
+            done.succeed()
+        self._share()
+
+    def _finished(self) -> list[simpy.Event]:
+        """Take the flows that have ended out; their events, in the order they started."""
         now = self.env.now
-        finished = [f for f in self.flows if f.finish <= now]
+        finished = [f.done for f in self.flows if f.finish <= now]
         self.flows = [f for f in self.flows if f.finish > now]
         self.by_cap = [f for f in self.by_cap if f.finish > now]
-        for flow in finished:
-            flow.done.succeed()
-        self._share()
+        return finished
 
 
 def _cap_of(flow: _Flow) -> float:
     return flow.cap
 
 
-class VectorChannel:
-    """A SharedChannel for many flows at once: the same rule and the same arithmetic, each
+class VectorChannel(SharedChannel):
+    """A SharedChannel for many flows at once: the same rule in the same arithmetic, each
     re-rating done by numpy over every flow in flight (see the module docstring)."""
 
     def __init__(self, env: simpy.Environment, name: str, bytes_per_cycle: float):
-        self.env = env
-        self.name = name
-        self.bytes_per_cycle = bytes_per_cycle
+        super().__init__(env, name, bytes_per_cycle)
         self.done: list[simpy.Event] = []  # per flow in flight, in the order they started
         # per flow, in the first len(done) places: bytes left, its engine's rate, its share
         # now and the cycle it ends at, at the current rates
         self.remaining, self.cap, self.rate, self.finish = np.zeros((4, 16))
-        self.updated_at: float = 0
-        self.version = 0  # of the timer that will end the next flows
-        self.timer_at: float | None = None
 
-    def transfer(self, nbytes: int, cap_bytes_per_cycle: float) -> simpy.Event:
-        """An event that fires when `nbytes` have crossed this channel at the shared rate."""
-        done = self.env.event()
-        if nbytes <= 0:
-            done.succeed()
-            return done
-        self._advance()
+    def _add(self, nbytes: int, cap: float, done: simpy.Event) -> None:
         flow = len(self.done)
         if flow == len(self.remaining):  # full: twice the room
             self.remaining, self.cap, self.rate, self.finish = (
                 np.concatenate((values, np.zeros(flow)))
                 for values in (self.remaining, self.cap, self.rate, self.finish)
             )
-        self.remaining[flow], self.cap[flow] = nbytes, cap_bytes_per_cycle
+        self.remaining[flow], self.cap[flow] = nbytes, cap
         self.done.append(done)
-        self._share()
-        return done
 
     def _advance(self) -> None:
         elapsed = self.env.now - self.updated_at
@@ -164,8 +161,6 @@ class VectorChannel:
             self.updated_at = self.env.now
 
     def _share(self) -> None:
-        """Water-fill: the most constrained flows take their cap, the rest split what is left
-        equally."""
         count = len(self.done)
         if not count:
             return
@@ -186,19 +181,9 @@ class VectorChannel:
         np.maximum(cycles, 0, out=cycles)
         now = self.env.now
         np.add(cycles, now, out=self.finish[:count])
-        soonest = now + int(cycles.min())
-        if soonest != self.timer_at:  # else the timer set stands
-            self.version += 1
-            version = self.version
-            self.timer_at = soonest
-            timer = self.env.timeout(soonest - now)
-            timer.callbacks.append(lambda _event: self._on_timer(version))
+        self._time(now + int(cycles.min()))
 
-    def _on_timer(self, version: int) -> None:
-        if version != self.version:
-            return  # a start or end since then rescheduled the next completion
-        self.timer_at = None
-        self._advance()
+    def _finished(self) -> list[simpy.Event]:
         count = len(self.done)
         running = self.finish[:count] > self.env.now
         runs = running.tolist()
@@ -207,6 +192,4 @@ class VectorChannel:
         kept = len(self.done)
         self.remaining[:kept] = self.remaining[:count][running]
         self.cap[:kept] = self.cap[:count][running]
-        for done in finished:
-            done.succeed()
-        self._share()
+        return finished
