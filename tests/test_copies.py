@@ -53,37 +53,42 @@ def _afresh(workload, sample):
     return programs
 
 
-def _step(model, hardware, phase, tokens, context, layers=2, weights="fp16"):
+def _step(model, hardware, phase, tokens, context, layers=2, weights="fp16", kv="fp16", **more):
+    batch, fusion = more.get("batch", 1), more.get("fusion", "auto")
     return step_workload(
         load_model(model),
         hardware,
-        Step(phase, 1, tokens, context),
+        Step(phase, batch, tokens, context),
         layers,
-        "auto",
+        fusion,
         weights,
-        "fp16",
+        kv,
     )
 
 
 @pytest.mark.parametrize(
-    "chip, model, phase, tokens, context, layers, weights, sample",
+    "chip, model, phase, tokens, context, layers, weights, sample, more",
     [
-        ("ascend910", "llama2-7b", "prefill", 64, 64, 2, "fp16", False),
-        ("ascend910", "llama2-7b", "prefill", 512, 512, 2, "fp16", True),
-        ("h100", "llama2-7b", "decode", 1, 4000, 2, "fp16", False),  # split attention
-        ("h100", "mixtral-8x7b", "prefill", 32, 32, 1, "int8", False),  # experts; int8 B
+        ("ascend910", "llama2-7b", "prefill", 64, 64, 2, "fp16", False, {}),
+        ("ascend910", "llama2-7b", "prefill", 512, 512, 2, "fp16", True, {}),
+        ("h100", "llama2-7b", "decode", 1, 4000, 2, "fp16", False, {}),  # split attention
+        ("h100", "mixtral-8x7b", "prefill", 32, 32, 1, "int8", False, {}),  # experts; int8 B
+        # grouped-query attention, int8 K and V converted on chip, weights converted in L0B
+        ("h100", "llama3-8b", "decode", 1, 600, 2, "w8a16", False, {"kv": "int8", "batch": 2}),
+        ("ascend910", "qwen2-7b", "prefill", 48, 48, 2, "fp16", False, {"fusion": "none"}),
     ],
 )
 def test_a_copied_kernel_is_the_kernel_lowered_afresh(
-    chip, model, phase, tokens, context, layers, weights, sample
+    chip, model, phase, tokens, context, layers, weights, sample, more
 ):
     hardware = load_hardware(chip)
-    workload = _step(model, hardware, phase, tokens, context, layers, weights)
+    workload = _step(model, hardware, phase, tokens, context, layers, weights, **more)
     lowered = lower(workload, plan_kernels(workload), sample)
     afresh = _afresh(workload, sample)
     assert [k.name for k in lowered.kernels] == [k.name for k in afresh]
     for kernel, fresh in zip(lowered.kernels, afresh):
         assert _fields(kernel) == _fields(fresh), kernel.name
+    assert any(k.copy_of is not None for k in lowered.kernels)  # some were renamed
     if sample:
         assert any(k.sampling is not None for k in lowered.kernels)
 
