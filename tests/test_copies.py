@@ -112,3 +112,36 @@ def test_a_workload_file_lowers_as_its_kernels_do_alone():
 
 def _planned(workload):
     return workload, plan_kernels(workload)
+
+
+TWO_MATMULS = """
+name: names
+hardware: ascend910
+params: {{m: 64, k: 256, n: 256}}
+dtype: fp16
+tensors:
+{tensors}
+ops:
+  - {{name: m1, op: matmul, inputs: [{first}], output: o1}}
+  - {{name: m2, op: matmul, inputs: [{second}], output: o2}}
+schedule:
+  fusion: none
+"""
+
+
+@pytest.mark.parametrize(
+    "activations, weights, first, second",
+    [
+        (["x", "x2"], ['"w x"'], 'x, "w x"', 'x2, "w x"'),  # `x`, renamed, ends `w x`
+        (["a", "b"], ["a.partials", "c"], "a, a.partials", "b, c"),  # like a workspace
+    ],
+)
+def test_a_copy_renames_whole_names_only(tmp_path, activations, weights, first, second):
+    tensors = [f"  {name}: {{shape: [m, k]}}" for name in activations]
+    tensors += [f"  {name}: {{shape: [k, n], kind: weight}}" for name in weights]
+    path = tmp_path / "names.yaml"
+    path.write_text(TWO_MATMULS.format(tensors="\n".join(tensors), first=first, second=second))
+    workload = load_workload(str(path))
+    lowered = lower(*_planned(workload))
+    assert lowered.kernels[1].copy_of is lowered.kernels[0]
+    assert _fields(lowered.kernels) == _fields(tuple(_afresh(workload, False)))

@@ -8,7 +8,7 @@ workload gives its ops, the hardware and whether it samples: nothing else. `sign
 of that with every tensor named by its place in the kernel, so two kernels of one signature
 lower to the same programs but for the names, which `renamed` swaps. Instructions that name
 no tensor are shared, as lowering already shares them between cores and blocks.
-tests/test_lower.py checks the renamed programs against ones lowered afresh, field for field.
+tests/test_copies.py checks the renamed programs against ones lowered afresh, field for field.
 """
 
 from __future__ import annotations
@@ -62,20 +62,12 @@ class LoweredKernels:
         if alike is None:
             alike = self.lowered[key] = dict(self.earlier.get(key, {}))
         if names not in alike:
-            alike[names] = (
-                self._renamed(next(iter(alike.items())), names) if alike else lower(kernel)
-            )
+            if not alike:
+                alike[names] = lower(kernel)
+            else:
+                output = names[1].index(kernel.output)  # its place, the same in every copy
+                alike[names] = _renamed(*next(iter(alike.items())), names, output)
         return alike[names]
-
-    @staticmethod
-    def _renamed(
-        lowered: tuple[_Names, tuple[KernelProgram, ...]], names: _Names
-    ) -> tuple[KernelProgram, ...]:
-        (kernel, tensors, ops), programs = lowered
-        renamed = dict(zip(tensors, names[1]))
-        renamed.update([(old + PARTIALS, new + PARTIALS) for old, new in renamed.items()])
-        swap = _Renaming(renamed, dict(zip(ops, names[2])), kernel, names[0])
-        return tuple(swap.program(program) for program in programs)
 
     def _signature(self, kernel: Kernel) -> tuple[Hashable, _Names]:
         """Everything lowering reads of a kernel, its tensors named by place; and its names:
@@ -101,15 +93,29 @@ class LoweredKernels:
         return (ops, tensors, steps, self.sample), names
 
 
+def _renamed(
+    was: _Names, programs: tuple[KernelProgram, ...], names: _Names, output: int
+) -> tuple[KernelProgram, ...]:
+    """`programs`, lowered for a kernel of names `was`, for the kernel of `names`, whose
+    output is its tensor number `output` (a split attention's workspace is named by it)."""
+    (kernel, tensors, ops), (new_kernel, new_tensors, new_ops) = was, names
+    renamed = dict(zip(tensors, new_tensors))
+    renamed.setdefault(tensors[output] + PARTIALS, new_tensors[output] + PARTIALS)
+    swap = _Renaming(renamed, dict(zip(ops, new_ops)), kernel, new_kernel)
+    return tuple(swap.program(program) for program in programs)
+
+
 class _Renaming:
     """One kernel's programs with their tensors, ops and kernel renamed."""
 
     def __init__(self, tensors: dict[str, str], ops: dict[str, str], old: str, new: str):
         self.tensors, self.ops, self.old, self.new = tensors, ops, old, new
-        changed = sorted((n for n, m in tensors.items() if n != m), key=len, reverse=True)
-        # a tensor in a label: a region or a vector op's tile, `name[rows, cols]`
-        self.named = changed and re.compile(
-            r"(?<= )(" + "|".join(map(re.escape, changed)) + r")(?=\[)"
+        # a tensor in a label: a region or a vector op's tile, `name[rows, cols]`, after a
+        # space; every name of the kernel is sought and the first and longest that fits is
+        # taken, so that `x` is not found in a tensor `w x` or `x[0]` beside it
+        every = sorted(tensors, key=len, reverse=True)
+        self.named = any(n != m for n, m in tensors.items()) and re.compile(
+            r"(?<= )(" + "|".join(map(re.escape, every)) + r")(?=\[)"
         )
         self.instructions: dict[int, Instruction] = {}
         self.labels: dict[str, str] = {}
