@@ -172,11 +172,7 @@ def analyse(
         for pipe in PIPES
     }
     per_tensor: dict[str, dict[str, Any]] = {
-        name: {
-            "role": role,
-            "bytes": nbytes,
-            **dict(zip(_Tally.TENSOR_KEYS, (0, 0, 0))),
-        }
+        name: {"role": role, "bytes": nbytes, **dict.fromkeys(_Tally.TENSOR_KEYS, 0)}
         for name, (role, nbytes) in program.tensor_roles.items()
     }
     for tally in tallies:

@@ -22,6 +22,7 @@ BUFFERS = 2
 # FlashAttention-3's split heuristic never splits this few key blocks (hopper/heuristics.h:
 # with head_dim 128, a 512-token cache is never split)
 MIN_SPLIT_BLOCKS = 4
+PARTIALS = ".partials"  # a split attention's workspace is its output's name and this
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def partials_tensor(kernel: Kernel, s: AttentionShape, splits: int) -> Tensor | 
     if splits == 1:
         return None
     shape = (s.batch * splits, s.queries, s.head_dim + 1)
-    return Tensor(f"{kernel.output}.partials", shape, "fp32", "intermediate", kernel.name)
+    return Tensor(kernel.output + PARTIALS, shape, "fp32", "intermediate", kernel.name)
 
 
 def deal_units(

@@ -3,10 +3,11 @@ shapes (a model's layers are one another's copies; a decode step's GEMMs are the
 before's) gets that kernel's programs with its tensors renamed instead of being lowered again.
 
 Lowering reads a kernel's ops (their types, attributes and the tensors they connect), those
-tensors' shapes, dtypes, kinds and layouts (and a slice view's step), the tilings the
-workload gives its ops, the hardware and whether it samples: nothing else. `signature` is all
-of that with every tensor named by its place in the kernel, so two kernels of one signature
-lower to the same programs but for the names, which `renamed` swaps. Instructions that name
+tensors' shapes, dtypes, kinds and layouts, the tilings the workload gives its ops, the
+hardware and whether it samples: nothing else (names and file paths only in its errors).
+`_signature` is all of that with every tensor named by its place in the kernel, so two
+kernels of one signature lower to the same programs but for the names, which `_renamed`
+swaps. Instructions that name
 no tensor are shared, as lowering already shares them between cores and blocks.
 tests/test_copies.py checks the renamed programs against ones lowered afresh, field for field.
 """
@@ -20,13 +21,11 @@ from dataclasses import replace
 
 from ..config.hardware import Hardware
 from ..config.workload import Workload
+from .attention_plan import PARTIALS
 from .kernel import Kernel
 from .program import CoreProgram, GlobalTransfer, Instruction, KernelProgram, _shared
 from .region import Region
 from .sampling import KernelSampling, Skip
-
-PARTIALS = ".partials"  # the suffix of a split attention's workspace (attention_plan.py)
-
 
 _Names = tuple[str, tuple[str, ...], tuple[str, ...]]  # a kernel's, its tensors' and ops'
 
@@ -42,7 +41,6 @@ class LoweredKernels:
         self.sample = sample
         self.tensors = workload.tensors
         self.tilings = workload.tiling_for
-        self.slice_steps = {op.output: op.attrs["step"] for op in workload.ops if op.op == "slice"}
         earlier = LoweredKernels._previous
         same = (
             earlier is not None and earlier.hardware is self.hardware and earlier.sample == sample
@@ -79,7 +77,7 @@ class LoweredKernels:
                 repr(sorted(op.attrs.items())),
                 tuple(places.setdefault(name, len(places)) for name in op.inputs),
                 places.setdefault(op.output, len(places)),
-                self.tilings(op.name),
+                replace(self.tilings(op.name), path=""),
                 op in kernel.gemms,
                 op in kernel.epilogue,
             )
@@ -88,9 +86,8 @@ class LoweredKernels:
         tensors = tuple(
             replace(self.tensors[name], name="", path="") for name in places
         )  # shape, dtype, kind and layout
-        steps = tuple(self.slice_steps.get(name) for name in places)
         names = (kernel.name, tuple(places), tuple(op.name for op in kernel.ops))
-        return (ops, tensors, steps, self.sample), names
+        return (ops, tensors, self.sample), names
 
 
 def _renamed(
