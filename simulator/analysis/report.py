@@ -163,8 +163,7 @@ def analyse(
         if span.replayed < 0:
             tallies.append(_tally(logs, kernel, span.warmed, engine_cycles_of))
         else:  # it ran as an earlier kernel did, its tensors for that one's: so it counts
-            earlier = program.kernels[span.replayed].touched_tensors
-            renamed = dict(zip(earlier, kernel.touched_tensors))
+            renamed = kernel.tensors_for(program.kernels[span.replayed])
             tallies.append(tallies[span.replayed].renamed(renamed))
     busy = {pipe: sum(t.busy[pipe] for t in tallies) for pipe in PIPES}
     stalls = {

@@ -37,15 +37,16 @@ class _Flow:
         self.done = done
 
 
-def channel(env: simpy.Environment, name: str, bytes_per_cycle: float, cores: int) -> SharedChannel:
+def channel(env: simpy.Environment, name: str, bytes_per_cycle: float, cores: int) -> Channel:
     """The channel of a shared memory on a chip of `cores` cores (see the module docstring)."""
     kind = VectorChannel if cores >= VECTOR_FROM_CORES else SharedChannel
     return kind(env, name, bytes_per_cycle)
 
 
-class SharedChannel:
-    """One shared memory port of `bytes_per_cycle`, with fair sharing among flows, worked out
-    flow by flow."""
+class Channel:
+    """One shared memory port of `bytes_per_cycle`, with fair sharing among flows: the API and
+    the timer of the next end; its subclasses keep the flows and re-rate them (`_add`,
+    `_advance`, `_share`, `_finished`)."""
 
     def __init__(self, env: simpy.Environment, name: str, bytes_per_cycle: float):
         self.env = env
@@ -54,8 +55,6 @@ class SharedChannel:
         self.updated_at: float = 0
         self.version = 0  # of the timer that will end the next flows
         self.timer_at: float | None = None
-        self.flows: list[_Flow] = []  # in the order they started (they finish in it)
-        self.by_cap: list[_Flow] = []  # the same flows, ordered by cap for water-filling
 
     def transfer(self, nbytes: int, cap_bytes_per_cycle: float) -> simpy.Event:
         """An event that fires when `nbytes` have crossed this channel at the shared rate."""
@@ -67,39 +66,6 @@ class SharedChannel:
         self._add(nbytes, cap_bytes_per_cycle, done)
         self._share()
         return done
-
-    def _add(self, nbytes: int, cap: float, done: simpy.Event) -> None:
-        flow = _Flow(nbytes, cap, done)
-        self.flows.append(flow)
-        insort(self.by_cap, flow, key=_cap_of)
-
-    def _advance(self) -> None:
-        elapsed = self.env.now - self.updated_at
-        if elapsed:
-            for flow in self.flows:
-                flow.remaining -= flow.rate * elapsed
-            self.updated_at = self.env.now
-
-    def _share(self) -> None:
-        """Water-fill: the most constrained flows take their cap, the rest split what is left
-        equally; then time the next end."""
-        left = self.bytes_per_cycle
-        count = len(self.by_cap)
-        for index, flow in enumerate(self.by_cap):
-            share = left / (count - index)
-            if flow.cap >= share:  # this flow and every later (larger) cap: equal shares
-                for rest in self.by_cap[index:]:
-                    rest.rate = share
-                break
-            flow.rate = flow.cap
-            left -= flow.cap
-        now = self.env.now
-        soonest: float | None = None
-        for flow in self.flows:
-            flow.finish = finish = now + max(0, math.ceil(flow.remaining / flow.rate - _EPSILON))
-            if soonest is None or finish < soonest:
-                soonest = finish
-        self._time(soonest)
 
     def _time(self, soonest: float | None) -> None:
         """Set the timer for the next end, at cycle `soonest` (None: no flow), unless set."""
@@ -119,8 +85,63 @@ class SharedChannel:
             done.succeed()
         self._share()
 
+    def _add(self, nbytes: int, cap: float, done: simpy.Event) -> None:
+        raise NotImplementedError
+
+    def _advance(self) -> None:
+        """Move every flow's bytes on to now at its current rate."""
+        raise NotImplementedError
+
+    def _share(self) -> None:
+        """Water-fill: the most constrained flows take their cap, the rest split what is left
+        equally; then time the next end."""
+        raise NotImplementedError
+
     def _finished(self) -> list[simpy.Event]:
         """Take the flows that have ended out; their events, in the order they started."""
+        raise NotImplementedError
+
+
+class SharedChannel(Channel):
+    """A Channel that works flow by flow."""
+
+    def __init__(self, env: simpy.Environment, name: str, bytes_per_cycle: float):
+        super().__init__(env, name, bytes_per_cycle)
+        self.flows: list[_Flow] = []  # in the order they started (they finish in it)
+        self.by_cap: list[_Flow] = []  # the same flows, ordered by cap for water-filling
+
+    def _add(self, nbytes: int, cap: float, done: simpy.Event) -> None:
+        flow = _Flow(nbytes, cap, done)
+        self.flows.append(flow)
+        insort(self.by_cap, flow, key=_cap_of)
+
+    def _advance(self) -> None:
+        elapsed = self.env.now - self.updated_at
+        if elapsed:
+            for flow in self.flows:
+                flow.remaining -= flow.rate * elapsed
+            self.updated_at = self.env.now
+
+    def _share(self) -> None:
+        left = self.bytes_per_cycle
+        count = len(self.by_cap)
+        for index, flow in enumerate(self.by_cap):
+            share = left / (count - index)
+            if flow.cap >= share:  # this flow and every later (larger) cap: equal shares
+                for rest in self.by_cap[index:]:
+                    rest.rate = share
+                break
+            flow.rate = flow.cap
+            left -= flow.cap
+        now = self.env.now
+        soonest: float | None = None
+        for flow in self.flows:
+            flow.finish = finish = now + max(0, math.ceil(flow.remaining / flow.rate - _EPSILON))
+            if soonest is None or finish < soonest:
+                soonest = finish
+        self._time(soonest)
+
+    def _finished(self) -> list[simpy.Event]:
         now = self.env.now
         finished = [f.done for f in self.flows if f.finish <= now]
         self.flows = [f for f in self.flows if f.finish > now]
@@ -132,9 +153,10 @@ def _cap_of(flow: _Flow) -> float:
     return flow.cap
 
 
-class VectorChannel(SharedChannel):
-    """A SharedChannel for many flows at once: the same rule in the same arithmetic, each
-    re-rating done by numpy over every flow in flight (see the module docstring)."""
+class VectorChannel(Channel):
+    """A Channel for many flows at once: the same rule in the same arithmetic as
+    SharedChannel, each re-rating done by numpy over every flow in flight (see the module
+    docstring)."""
 
     def __init__(self, env: simpy.Environment, name: str, bytes_per_cycle: float):
         super().__init__(env, name, bytes_per_cycle)

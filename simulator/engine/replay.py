@@ -175,8 +175,7 @@ class Replays:
         """Kernel `index`, launched after `start` and begun at `run`, as `earlier` ran: its
         pipe logs and span, and L2 left as that kernel left it, tensor for tensor."""
         kernel = self.program.kernels[index]
-        before = self.program.kernels[earlier.index].touched_tensors
-        renamed = dict(zip(before, kernel.touched_tensors))
+        renamed = kernel.tensors_for(self.program.kernels[earlier.index])
         l2.rerun(earlier.l2_before, earlier.l2_after, renamed)
         l2.warmed = {renamed[tensor]: list(found) for tensor, found in earlier.span.warmed.items()}
         shift = run - earlier.span.run_cycle

@@ -15,7 +15,7 @@ from simpy.events import EventPriority
 from ..cost import l2_port_bytes, multicast_share
 from ..errors import InvariantError
 from ..schedule.program import GlobalTransfer, Program, Region
-from .bandwidth import SharedChannel
+from .bandwidth import Channel
 from .l2cache import L2Cache
 
 
@@ -26,7 +26,7 @@ class World(Protocol):
     env: simpy.Environment
     program: Program
     l2: L2Cache
-    channels: dict[str, SharedChannel]
+    channels: dict[str, Channel]
     routes: dict[tuple[str, str], tuple[int, float]]
     l2_latency: int
     hbm_latency: int

@@ -412,6 +412,11 @@ class KernelProgram:
                         seen.setdefault(instr.region.tensor, None)
         return tuple(seen)
 
+    def tensors_for(self, earlier: KernelProgram) -> dict[str, str]:
+        """The name in this kernel of each tensor `earlier` touches, place for place: this
+        kernel run as `earlier` ran (a replay: engine/replay.py)."""
+        return dict(zip(earlier.touched_tensors, self.touched_tensors))
+
     def capacity_bytes(self, hw: Hardware, buffer: str) -> int:
         """A buffer's bytes in this kernel: UB has L1's too in a vector kernel on a chip whose
         two are one memory (Hardware.ub_bytes)."""
