@@ -4,6 +4,7 @@ renamed programs must be the ones lowering gives afresh, field for field."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 
 import pytest
 
@@ -11,6 +12,7 @@ from simulator.config.hardware import load_hardware
 from simulator.config.model import load_model
 from simulator.config.transformer import Step, step_workload
 from simulator.config.workload import load_workload
+from simulator.engine.world import simulate_program
 from simulator.schedule.attention import lower_attention
 from simulator.schedule.fusion import plan_kernels
 from simulator.schedule.lower import lower, lower_matmul
@@ -35,7 +37,7 @@ def _fields(value, seen=None):
         return spelled
     if isinstance(value, dict):
         return tuple((k, _fields(v, seen)) for k, v in value.items())
-    if isinstance(value, (tuple, list)):
+    if isinstance(value, Sequence) and not isinstance(value, str):  # a copy's lazy cores too
         return tuple(_fields(v, seen) for v in value)
     return value
 
@@ -87,6 +89,8 @@ def test_a_copied_kernel_is_the_kernel_lowered_afresh(
     afresh = _afresh(workload, sample)
     assert [k.name for k in lowered.kernels] == [k.name for k in afresh]
     for kernel, fresh in zip(lowered.kernels, afresh):
+        assert kernel.touched_tensors == fresh.touched_tensors, kernel.name  # a copy's: given
+        assert kernel.instruction_count == fresh.instruction_count, kernel.name
         assert _fields(kernel) == _fields(fresh), kernel.name
     assert any(k.copy_of is not None for k in lowered.kernels)  # some were renamed
     if sample:
@@ -102,6 +106,20 @@ def test_the_next_step_on_the_same_chip_reuses_the_last_steps_kernels():
     assert shared and len(shared) < len(second.kernels)  # the GEMMs, not attention
     for kernel, fresh in zip(second.kernels, _afresh(workload, False)):
         assert _fields(kernel) == _fields(fresh), kernel.name
+
+
+def test_a_replayed_copy_is_never_renamed():
+    workload = _step("llama2-7b", load_hardware("ascend910"), "decode", 1, 300, layers=3)
+    program = lower(*_planned(workload))
+    trace = simulate_program(program, workload.hardware, 10**9)
+    replayed = [program.kernels[span.index] for span in trace.kernels if span.replayed >= 0]
+    assert replayed and all(k.copy_of is not None for k in replayed)
+    assert all(core is None for k in replayed for core in k.cores._renamed)
+    last = trace.kernels[-1 - [s.replayed >= 0 for s in reversed(trace.kernels)].index(True)]
+    tensors = {  # asked for, its records name its own tensors
+        record.tensor for log in trace.pipes if log.kernel == last.index for record in log.records()
+    }
+    assert tensors - {None} == set(program.kernels[last.index].touched_tensors)
 
 
 def test_a_workload_file_lowers_as_its_kernels_do_alone():

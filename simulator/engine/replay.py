@@ -3,16 +3,20 @@
 A kernel's run depends on its program and on what L2 holds as it starts, nothing else: the
 other shared state (HBM's and L2's flows, the same-address queues) is idle between kernels,
 and the launch wait before it is counted apart. So a kernel whose program is an earlier
-kernel's with other tensors of the same shapes in the same places (`tensors_digest`), and
+kernel's with other tensors of the same shapes in the same places (`layout`), and
 which begins with the L2 holding what that one began with, tensor for tensor
 (L2Cache.entry_state), takes the same cycles, instruction for instruction, and leaves L2
 as that one left it, its tensors for the earlier one's. A model's layers are such copies:
 from the second on, most kernels of a layer begin as the layer before's did.
 
-The engine keeps, for each kernel it simulated, its pipe logs, its span and the L2 before
-and after it; a kernel that matches one is not simulated: its logs are the earlier kernel's
-moved to its start, and L2 is left as the earlier kernel left it, its tensors renamed (the
-lines it did not touch are the ones now in their places: L2Cache.rerun). The reference
+The engine keeps, for each kernel it simulated, its pipe logs, its span, its buffers' peaks
+and the L2 before and after it; a kernel that matches one is not simulated: its logs are
+the earlier kernel's moved to its start, and L2 is left as the earlier kernel left it, its
+tensors renamed (the lines it did not touch are the ones now in their places:
+L2Cache.rerun). What a run kept and used passes to the next run on the same hardware
+object, as lowered kernels do (schedule/copies.py): a request's decode steps at other
+contexts begin their GEMMs as the step before did, so only attention and what follows it
+before L2 forgets the difference are simulated again. The reference
 twin (engine/reference.py) replays nothing, and tests check a run with replays against one
 without, record for record (tests/test_engine.py, tests/test_properties.py).
 """
@@ -21,11 +25,12 @@ from __future__ import annotations
 
 import hashlib
 from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
+from ..config.hardware import Hardware
 from ..schedule.program import GlobalTransfer, Instruction, KernelProgram, Program, Transfer
 from ..schedule.region import Region
 from .l2cache import L2Cache
@@ -34,22 +39,18 @@ from .trace import LOGGED, KernelSpan, PipeLog
 TIMES = (LOGGED.index("start_cycle"), LOGGED.index("end_cycle"))  # the logged cycles
 
 
-def tensors_digest(kernel: KernelProgram, program: Program, queues: bytes) -> str:
-    """A digest of everything in a kernel's program that decides its run, given its queues'
-    (`queues_digest`): those and the shape, layout and slicing of each tensor it touches, in
-    the order it touches them."""
-    digest = hashlib.blake2b(queues, digest_size=16)
-    for tensor in kernel.touched_tensors:
-        digest.update(
-            repr(
-                (
-                    program.tensor_geometry[tensor],
-                    tensor in program.nz_tensors,
-                    program.slice_steps.get(tensor),
-                )
-            ).encode()
+def layout(kernel: KernelProgram, program: Program) -> tuple:
+    """The shape, layout and slicing of each tensor a kernel touches, in the order it
+    touches them: with its queues (`queues_digest`), everything in its program that decides
+    its run."""
+    return tuple(
+        (
+            program.tensor_geometry[tensor],
+            tensor in program.nz_tensors,
+            program.slice_steps.get(tensor),
         )
-    return digest.hexdigest()
+        for tensor in kernel.touched_tensors
+    )
 
 
 def queues_digest(kernel: KernelProgram, numbers: dict[tuple, int]) -> bytes | None:
@@ -114,54 +115,87 @@ def _named(region: Region, names: dict[str, int]) -> tuple[int, int, int, int, i
     return (names[region.tensor], region.row0, region.row1, region.col0, region.col1)
 
 
-@dataclass(frozen=True, slots=True)
+UNDIGESTED = ""  # a kernel's shape not digested yet (most never need it)
+
+
+@dataclass(slots=True, eq=False)
 class Simulated:
     """A kernel the engine simulated, as a later one would replay it."""
 
-    index: int
+    index: int  # in the run that simulated it
+    kernel: KernelProgram
+    layout: tuple  # its tensors' (see `layout`)
     logs: Sequence[PipeLog]
     span: KernelSpan
+    peaks: dict[str, int]  # the most bytes each buffer held (occupancy.kernel_peaks)
     l2_before: tuple[list[tuple], int, int]  # L2Cache.state as it began
     l2_after: tuple[list[tuple], int, int]  # and as it ended
+    run: Replays  # the run that simulated it
+    shape: str | None = UNDIGESTED  # its queues and layout digested (Replays.digest)
 
 
 class Replays:
-    """The kernels simulated so far, by the L2 state they began with."""
+    """The kernels simulated so far, by the L2 state they began with: this run's, and those
+    the last run on the same hardware kept or replayed (`done` hands them on)."""
 
-    def __init__(self, program: Program):
-        self.program = program
+    _last: tuple[Hardware, dict[str, list[Simulated]], dict[tuple, int], dict] | None = None
+
+    def __init__(self, program: Program, hardware: Hardware):
+        self.program, self.hardware = program, hardware
         self.by_entry: dict[str, list[Simulated]] = {}
-        self.shapes: dict[int, str | None] = {}  # digested on first need: most never match
         self.numbers: dict[tuple, int] = {}  # every distinct instruction shape digested
         # per program a kernel's is a copy of (or its own), by id: it and its queues digest
         self.queues: dict[int, tuple[KernelProgram, bytes | None]] = {}
+        last = Replays._last
+        if last is not None and last[0] is hardware:
+            self.by_entry = {entry: list(kept) for entry, kept in last[1].items()}
+            self.numbers, self.queues = last[2], last[3]
+        self.used: set[Simulated] = set()  # what this run replayed
 
     def earlier(self, index: int, entry: str) -> Simulated | None:
         """A kernel simulated before kernel `index` that began with the same L2 (`entry`)
         and whose program has the same shape, if any."""
-        shape = None
+        shape: str | None = UNDIGESTED
         for candidate in self.by_entry.get(entry, ()):
-            shape = shape or self._shape(index)
-            if shape is not None and self._shape(candidate.index) == shape:
+            if shape == UNDIGESTED:
+                kernel = self.program.kernels[index]
+                shape = self.digest(kernel, layout(kernel, self.program))
+            if candidate.shape == UNDIGESTED:
+                candidate.shape = self.digest(candidate.kernel, candidate.layout)
+            if shape is not None and candidate.shape == shape:
+                self.used.add(candidate)
                 return candidate
         return None
 
-    def _shape(self, index: int) -> str | None:
-        """Kernel `index`'s shape (tensors_digest), its queues digested once for all copies."""
-        if index not in self.shapes:
-            kernel = self.program.kernels[index]
-            source = kernel.copy_of or kernel
-            kept = self.queues.get(id(source))
-            if kept is None:
-                kept = self.queues[id(source)] = (source, queues_digest(source, self.numbers))
-            queues = kept[1]
-            shape = None if queues is None else tensors_digest(kernel, self.program, queues)
-            self.shapes[index] = shape
-        return self.shapes[index]
+    def digest(self, kernel: KernelProgram, layout: tuple) -> str | None:
+        """A kernel's shape: its queues (digested once for all copies) and its tensors'
+        layout; None if its queues cannot be digested (see queues_digest)."""
+        source = kernel.copy_of or kernel
+        kept = self.queues.get(id(source))
+        if kept is None:
+            kept = self.queues[id(source)] = (source, queues_digest(source, self.numbers))
+        if kept[1] is None:
+            return None
+        digest = hashlib.blake2b(kept[1], digest_size=16)
+        digest.update(repr(layout).encode())
+        return digest.hexdigest()
 
     def keep(self, simulated: Simulated) -> None:
         """Keep a kernel just simulated for later ones to replay."""
         self.by_entry.setdefault(simulated.span.entry[0], []).append(simulated)
+
+    def done(self) -> None:
+        """Hand the next run on this hardware what this one simulated or replayed (not all
+        it was handed: a request's steps, or a sweep's points, keep only what still
+        serves), with the digests' numbering and the queues digested so far."""
+        handed: dict[str, list[Simulated]] = {}
+        for kept in self.by_entry.values():
+            for simulated in kept:
+                if simulated.run is self or simulated in self.used:
+                    handed.setdefault(simulated.span.entry[0], []).append(simulated)
+        sources = {id(s.kernel.copy_of or s.kernel) for kept in handed.values() for s in kept}
+        queues = {key: kept for key, kept in self.queues.items() if key in sources}
+        Replays._last = (self.hardware, handed, self.numbers, queues)
 
     def replay(
         self,
@@ -175,13 +209,12 @@ class Replays:
         """Kernel `index`, launched after `start` and begun at `run`, as `earlier` ran: its
         pipe logs and span, and L2 left as that kernel left it, tensor for tensor."""
         kernel = self.program.kernels[index]
-        renamed = kernel.tensors_for(self.program.kernels[earlier.index])
+        renamed = kernel.tensors_for(earlier.kernel)
         l2.rerun(earlier.l2_before, earlier.l2_after, renamed)
         l2.warmed = {renamed[tensor]: list(found) for tensor, found in earlier.span.warmed.items()}
         shift = run - earlier.span.run_cycle
-        queues = [core.queues for core in kernel.cores]
         logs = [
-            PipeLog(index, log.core, log.pipe, queues[log.core][log.pipe], _moved(log, shift))
+            PipeLog(index, log.core, log.pipe, _Queue(kernel, log), _moved(log, shift))
             for log in earlier.logs
         ]
         was = earlier.span
@@ -194,9 +227,26 @@ class Replays:
             was.error_cycles,
             l2.warmed,
             entry,
-            earlier.index,
+            earlier.index if earlier.run is self else -1,  # its tally is this run's to reuse
         )
         return logs, span
+
+
+class _Queue(Sequence[Instruction]):
+    """A replayed kernel's queue for `log`'s pipe, read from its program only when asked (for
+    records: a trace or a timeline), so a copied kernel replayed is never renamed (copies.py)."""
+
+    def __init__(self, kernel: KernelProgram, log: PipeLog):
+        self.kernel, self.core, self.pipe, self.length = kernel, log.core, log.pipe, len(log.instrs)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index):  # type: ignore[override]
+        return self.kernel.cores[self.core].queues[self.pipe][index]
+
+    def __iter__(self) -> Iterator[Instruction]:
+        return iter(self.kernel.cores[self.core].queues[self.pipe])
 
 
 def _moved(log: PipeLog, shift: int) -> array:

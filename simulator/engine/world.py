@@ -49,7 +49,7 @@ from ..schedule.sampling import Extension, Skip, extension_cycles, warm_order
 from .bandwidth import channel
 from .l2cache import L2Cache
 from .occupancy import TIME_BITS, kernel_peaks
-from .replay import Replays, Simulated
+from .replay import Replays, Simulated, layout
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
 from .transfer import AfterTheCycle, EngineQueue, TransferInFlight, landing_delay
 
@@ -160,7 +160,7 @@ class World:
         self.program = program
         self.hw = hw
         # kernels that begin as an earlier one did are replayed, not simulated (replay.py)
-        self.replays = Replays(program) if replay else None
+        self.replays = Replays(program, hw) if replay else None
         self.env = env or simpy.Environment()  # a benchmark may pass an instrumented one
         self.channels = {
             name: channel(self.env, name, mem.sustained_bytes_per_cycle, hw.cores)
@@ -280,6 +280,7 @@ class World:
                 logs, span = replays.replay(
                     earlier, index, start, self.kernel_started, self.entry, self.l2
                 )
+                self._fold_peaks(earlier.peaks)
                 self.pipe_logs += logs
                 yield self.env.timeout(span.end_cycle - self.env.now)
                 self.spans.append(span)
@@ -304,10 +305,24 @@ class World:
                 self._move(state)
             yield self.env.all_of(cores_done)
             ends = [done.value for done in cores_done]
-            yield from self._finish(index, kernel, start, first_log, ends)
+            peaks = yield from self._finish(index, kernel, start, first_log, ends)
             if replays is not None:
                 logs, after = self.pipe_logs[first_log:], self.l2.state()
-                replays.keep(Simulated(index, logs, self.spans[-1], l2_before, after))
+                replays.keep(
+                    Simulated(
+                        index,
+                        kernel,
+                        layout(kernel, self.program),
+                        logs,
+                        self.spans[-1],
+                        peaks,
+                        l2_before,
+                        after,
+                        replays,
+                    )
+                )
+        if replays is not None:
+            replays.done()
 
     def _launch(self, index: int, kernel: KernelProgram):
         """Wait for kernel `index`'s launch (the one before it has ended) and make it the
@@ -325,11 +340,13 @@ class World:
         self, index: int, kernel: KernelProgram, start: int, first_log: int, ends: list[int]
     ):
         """Close kernel `index`, whose cores ended at `ends` and logged from `first_log` on: a
-        sampled kernel runs on for the units it skipped (sampling.extension_cycles)."""
+        sampled kernel runs on for the units it skipped (sampling.extension_cycles). Returns
+        its buffers' peaks."""
         logs = self.pipe_logs[first_log:]
         self.shaped_rates.clear()  # keyed by this kernel's instructions: never seen again
         self.private_cycles.clear()
-        self._count_occupancy(index, logs)
+        peaks = kernel_peaks(index, kernel, logs, self.hw, int(self.env.now))
+        self._fold_peaks(peaks)
         extension = Extension(0, 0)
         if kernel.sampling is not None:
             timed = {log.core: log.column("end_cycle") for log in logs if log.pipe == TIMED}
@@ -351,6 +368,7 @@ class World:
                 self.entry,
             )
         )
+        return peaks
 
     def _move(self, state: _CoreState) -> None:
         """Move every pipe of a core that can. A pipe runs until it needs a flag nobody has set
@@ -537,11 +555,10 @@ class World:
                 flag.waiter = None
         pipe.logged.extend((start, end, wait_data, wait_slot, bandwidth_wait, hit_bytes, hbm_bytes))
 
-    def _count_occupancy(self, index: int, logs: Sequence[PipeLog]) -> None:
-        """Fold the most bytes each buffer held on any core of kernel `index` into
-        `peak_occupancy` (engine/occupancy.py)."""
-        kernel = self.program.kernels[index]
-        for buffer, most in kernel_peaks(index, kernel, logs, self.hw, int(self.env.now)).items():
+    def _fold_peaks(self, peaks: dict[str, int]) -> None:
+        """Fold the most bytes each buffer held on any core of a kernel (its `peaks`:
+        engine/occupancy.py) into `peak_occupancy`."""
+        for buffer, most in peaks.items():
             self.peak_occupancy[buffer] = max(self.peak_occupancy[buffer], most)
 
 

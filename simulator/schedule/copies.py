@@ -8,7 +8,9 @@ hardware and whether it samples: nothing else (names and file paths only in its 
 `_signature` is all of that with every tensor named by its place in the kernel, so two
 kernels of one signature lower to the same programs but for the names, which `_renamed`
 swaps. Instructions that name
-no tensor are shared, as lowering already shares them between cores and blocks.
+no tensor are shared, as lowering already shares them between cores and blocks. A copy's
+cores are renamed when first read (`_RenamedCores`): a copy the engine replays (a layer's
+kernels from the second layer on) is never read, so never renamed.
 tests/test_copies.py checks the renamed programs against ones lowered afresh, field for field.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import replace
 
 from ..config.hardware import Hardware
@@ -139,14 +141,17 @@ class _Renaming:
                     for skips in sampling.skips
                 ),
             )
-        return replace(
+        copy = replace(
             program,
             name=self.new + program.name[len(self.old) :],
             ops=tuple(self.ops[op] for op in program.ops),
-            cores=tuple(self.core(core) for core in program.cores),
+            cores=_RenamedCores(program.cores, self),
             sampling=sampling,
             copy_of=program.copy_of or program,
         )
+        # what the engine asks of every kernel as one begins, known without its cores
+        copy.__dict__["touched_tensors"] = tuple(self.tensors[t] for t in program.touched_tensors)
+        return copy
 
     def core(self, core: CoreProgram) -> CoreProgram:
         instructions, instruction = self.instructions, self.instruction
@@ -185,3 +190,30 @@ class _Renaming:
 
     def _name(self, match: re.Match) -> str:
         return self.tensors[match.group(1)]
+
+
+class _RenamedCores(Sequence[CoreProgram]):
+    """A copy's cores, each renamed when first read (and kept): equal to the tuple of them."""
+
+    def __init__(self, cores: Sequence[CoreProgram], swap: _Renaming):
+        self._cores, self._swap = cores, swap
+        self._renamed: list[CoreProgram | None] = [None] * len(cores)
+
+    def __len__(self) -> int:
+        return len(self._cores)
+
+    def __getitem__(self, index):  # type: ignore[override]
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(*index.indices(len(self))))
+        core = self._renamed[index]
+        if core is None:
+            core = self._renamed[index] = self._swap.core(self._cores[index])
+        return core
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))

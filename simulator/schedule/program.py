@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import KW_ONLY, dataclass, field
 from typing import Any, ClassVar, TypeVar
 
@@ -382,7 +382,7 @@ class KernelProgram:
     unit: str  # "cube" or "vector"
     dtype: str
     flops: int
-    cores: tuple[CoreProgram, ...]
+    cores: Sequence[CoreProgram]  # a copy's are renamed when read (copies.py)
     tiling: Mapping[str, Any] | None
     compulsory_read_bytes: int  # inputs read once from HBM
     compulsory_write_bytes: int  # outputs written once to HBM
@@ -397,7 +397,8 @@ class KernelProgram:
 
     @property
     def instruction_count(self) -> int:
-        return sum(core.instruction_count for core in self.cores)
+        source = self.copy_of or self  # a copy has its source's instructions, renamed
+        return sum(core.instruction_count for core in source.cores)
 
     @functools.cached_property
     def touched_tensors(self) -> tuple[str, ...]:
