@@ -112,10 +112,10 @@ def test_a_replayed_copy_is_never_renamed():
     workload = _step("llama2-7b", load_hardware("ascend910"), "decode", 1, 300, layers=3)
     program = lower(*_planned(workload))
     trace = simulate_program(program, workload.hardware, 10**9)
-    replayed = [program.kernels[span.index] for span in trace.kernels if span.replayed >= 0]
+    replayed = [program.kernels[span.index] for span in trace.kernels if span.replayed is not None]
     assert replayed and all(k.copy_of is not None for k in replayed)
     assert all(core is None for k in replayed for core in k.cores._renamed)
-    last = trace.kernels[-1 - [s.replayed >= 0 for s in reversed(trace.kernels)].index(True)]
+    last = trace.kernels[-1 - [s.replayed is not None for s in reversed(trace.kernels)].index(True)]
     tensors = {  # asked for, its records name its own tensors
         record.tensor for log in trace.pipes if log.kernel == last.index for record in log.records()
     }

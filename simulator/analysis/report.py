@@ -24,7 +24,7 @@ from ..cost import (
     memory_cycles,
     vector_peak_cycles,
 )
-from ..engine.trace import PipeLog, Trace
+from ..engine.trace import KernelSpan, PipeLog, Trace
 from ..errors import InvariantError
 from ..schedule.footprint import footprint_bytes
 from ..schedule.program import (
@@ -158,13 +158,12 @@ def analyse(
             instr, program, rate, engine.packet_bytes
         )
 
-    tallies: list[_Tally] = []
-    for logs, kernel, span in zip(logs_of, program.kernels, trace.kernels):
-        if span.replayed < 0:
-            tallies.append(_tally(logs, kernel, span.warmed, engine_cycles_of))
-        else:  # it ran as an earlier kernel did, its tensors for that one's: so it counts
-            renamed = kernel.tensors_for(program.kernels[span.replayed])
-            tallies.append(tallies[span.replayed].renamed(renamed))
+    tallied = _Tallies(hw)
+    tallies = [
+        tallied.of(span, kernel, logs, engine_cycles_of)
+        for logs, kernel, span in zip(logs_of, program.kernels, trace.kernels)
+    ]
+    tallied.done()
     busy = {pipe: sum(t.busy[pipe] for t in tallies) for pipe in PIPES}
     stalls = {
         pipe: {cause: sum(t.stalls[pipe][cause] for t in tallies) for cause in STALL_CAUSES}
@@ -428,6 +427,41 @@ class _Tally:
             {names[name]: counts for name, counts in self.tensors.items()},
             self.engine_cycles,
         )
+
+
+class _Tallies:
+    """The tally of each kernel the engine simulated, by its span, seeded with the last
+    analysis's on the same hardware: a kernel that replayed one (engine/replay.py), in this
+    run or the one before, counts as it did, its tensors renamed. A replay of a kernel not
+    tallied here is tallied from its own logs, which are that kernel's."""
+
+    _last: tuple[Hardware, dict[int, tuple[KernelSpan, KernelProgram, _Tally]]] | None = None
+
+    def __init__(self, hw: Hardware):
+        self.hw, last = hw, _Tallies._last
+        self.by_span = dict(last[1]) if last is not None and last[0] is hw else {}
+        self.kept: dict[int, tuple[KernelSpan, KernelProgram, _Tally]] = {}  # for the next
+
+    def of(
+        self,
+        span: KernelSpan,
+        kernel: KernelProgram,
+        logs: list[PipeLog],
+        engine_cycles_of: Callable[[Transfer], float],
+    ) -> _Tally:
+        source = span.replayed
+        known = None if source is None else self.by_span.get(id(source))
+        if known is not None:
+            self.kept[id(source)] = known
+            return known[2].renamed(kernel.tensors_for(known[1]))
+        tally = _tally(logs, kernel, span.warmed, engine_cycles_of)
+        if source is None:
+            self.by_span[id(span)] = self.kept[id(span)] = (span, kernel, tally)
+        return tally
+
+    def done(self) -> None:
+        """Hand the next analysis on this hardware the tallies this one made or used."""
+        _Tallies._last = (self.hw, self.kept)
 
 
 def _tally(

@@ -122,7 +122,6 @@ UNDIGESTED = ""  # a kernel's shape not digested yet (most never need it)
 class Simulated:
     """A kernel the engine simulated, as a later one would replay it."""
 
-    index: int  # in the run that simulated it
     kernel: KernelProgram
     layout: tuple  # its tensors' (see `layout`)
     logs: Sequence[PipeLog]
@@ -227,7 +226,7 @@ class Replays:
             was.error_cycles,
             l2.warmed,
             entry,
-            earlier.index if earlier.run is self else -1,  # its tally is this run's to reuse
+            earlier.span,
         )
         return logs, span
 

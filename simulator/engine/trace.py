@@ -114,8 +114,9 @@ class KernelSpan:
     # what it began with: the L2's state (L2Cache.entry_state) and how far ahead of the
     # device the host had issued it (cost.host_lead_cycles)
     entry: tuple[str, int] = ("", 0)
-    # the earlier kernel it ran as, replayed (engine/replay.py), or -1; the same run either way
-    replayed: int = field(default=-1, compare=False)
+    # the span of the kernel it ran as, replayed (engine/replay.py), in this run or an earlier
+    # one on the same hardware; None if simulated. The same run either way
+    replayed: KernelSpan | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)

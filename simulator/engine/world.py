@@ -310,7 +310,6 @@ class World:
                 logs, after = self.pipe_logs[first_log:], self.l2.state()
                 replays.keep(
                     Simulated(
-                        index,
                         kernel,
                         layout(kernel, self.program),
                         logs,
