@@ -303,9 +303,4 @@ def test_a_replayed_run_is_the_simulated_run(tiny, case, layers, l2_bytes):
     assert replayed.kernels == simulated.kernels
     assert (replayed.l2_hits, replayed.l2_misses) == (simulated.l2_hits, simulated.l2_misses)
     for one, other in zip(replayed.pipes, simulated.pipes, strict=True):
-        assert (one.kernel, one.core, one.pipe, list(one.logged)) == (
-            other.kernel,
-            other.core,
-            other.pipe,
-            list(other.logged),
-        )
+        assert list(one.records()) == list(other.records())

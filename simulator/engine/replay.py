@@ -28,15 +28,11 @@ from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from ..config.hardware import Hardware
 from ..schedule.program import GlobalTransfer, Instruction, KernelProgram, Program, Transfer
 from ..schedule.region import Region
 from .l2cache import L2Cache
-from .trace import LOGGED, KernelSpan, PipeLog
-
-TIMES = (LOGGED.index("start_cycle"), LOGGED.index("end_cycle"))  # the logged cycles
+from .trace import KernelSpan, PipeLog
 
 
 def layout(kernel: KernelProgram, program: Program) -> tuple:
@@ -213,7 +209,7 @@ class Replays:
         l2.warmed = {renamed[tensor]: list(found) for tensor, found in earlier.span.warmed.items()}
         shift = run - earlier.span.run_cycle
         logs = [
-            PipeLog(index, log.core, log.pipe, _Queue(kernel, log), _moved(log, shift))
+            PipeLog(index, log.core, log.pipe, _Queue(kernel, log), log.logged, log.shift + shift)
             for log in earlier.logs
         ]
         was = earlier.span
@@ -246,12 +242,3 @@ class _Queue(Sequence[Instruction]):
 
     def __iter__(self) -> Iterator[Instruction]:
         return iter(self.kernel.cores[self.core].queues[self.pipe])
-
-
-def _moved(log: PipeLog, shift: int) -> array:
-    """A pipe's logged ints with its cycles moved by `shift`."""
-    rows = np.array(log.logged, dtype=np.int64).reshape(-1, len(LOGGED))
-    rows[:, TIMES] += shift
-    moved = array("q")
-    moved.frombytes(rows.tobytes())
-    return moved

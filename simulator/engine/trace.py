@@ -8,6 +8,7 @@ tuples cost more than the timing.
 
 from __future__ import annotations
 
+from array import array
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Iterator, MutableSequence, NamedTuple, Sequence
@@ -52,24 +53,33 @@ LOGGED = (
 )
 
 
+CYCLES = ("start_cycle", "end_cycle")  # the LOGGED fields that are points in time
+
+
 @dataclass(frozen=True)
 class PipeLog:
     """What one pipe of one core executed: its instructions in order and, flat, the LOGGED
-    ints of each."""
+    ints of each. A replayed kernel's logs share the logged ints of the kernel it ran as,
+    its cycles `shift` later (engine/replay.py)."""
 
     kernel: int
     core: int
     pipe: str
     instrs: Sequence[Instruction]
-    logged: MutableSequence[int]  # LOGGED ints, flat (an int64 array)
+    logged: MutableSequence[int]  # LOGGED ints, flat (an int64 array), cycles `shift` early
+    shift: int = 0
 
     def column(self, field: str) -> Sequence[int]:
         """One LOGGED field of every executed instruction."""
-        return self.logged[LOGGED.index(field) :: len(LOGGED)]
+        column = self.logged[LOGGED.index(field) :: len(LOGGED)]
+        if self.shift and field in CYCLES:
+            return array("q", (value + self.shift for value in column))
+        return column
 
     def records(self) -> Iterator[Record]:
         """The Record of each executed instruction, in the order the pipe ran them."""
         rows = zip(*[iter(self.logged)] * len(LOGGED))
+        shift = self.shift
         for instr, (start, end, wait_data, wait_slot, wait_bandwidth, hit, hbm) in zip(
             self.instrs, rows
         ):
@@ -83,8 +93,8 @@ class PipeLog:
                 self.core,
                 self.pipe,
                 instr.label,
-                start,
-                end,
+                start + shift,
+                end + shift,
                 wait_data,
                 wait_slot,
                 wait_bandwidth,

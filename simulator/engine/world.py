@@ -241,11 +241,7 @@ class World:
 
     def diagnose_deadlock(self) -> str:
         """Which pipes wait on which flag, and which instruction would have set it."""
-        ends = [
-            log.logged[LOGGED.index("end_cycle") - len(LOGGED)]
-            for log in self.pipe_logs
-            if log.logged
-        ]
+        ends = [log.column("end_cycle")[-1] for log in self.pipe_logs if log.logged]
         lines = [
             f"deadlock at cycle {max([self.kernel_started, *ends]):,}: "
             f"{self.instructions_executed():,} of "
