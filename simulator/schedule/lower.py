@@ -24,6 +24,7 @@ from ..errors import SimulatorError, TooLargeError
 from ..ops import DTYPE_BYTES
 from .attention import lower_attention
 from .attention_plan import attention_workspace
+from .block_order import Block, core_blocks
 from .copies import LoweredKernels
 from .epilogue import VectorChain, as_2d, chain_bytes
 from .footprint import (
@@ -57,6 +58,7 @@ from .sampling import (
     Touch,
     Window,
     chunk_plan,
+    covering_tail,
     kept_blocks,
 )
 from .tiling import (
@@ -133,10 +135,6 @@ def lower(workload: Workload, plan: Plan, sample: bool = False) -> Program:
     return Program(tuple(lowered), geometry, compulsory_bytes(workload, roles), roles, nz, slices)
 
 
-# an output block: its batch, rows, columns and the columns of its cell
-_Block = tuple[int, tuple[int, int], tuple[int, int], tuple[int, int]]
-
-
 class _Step(NamedTuple):
     """One K chunk of one output block, as a core runs it."""
 
@@ -173,7 +171,15 @@ def lower_matmul(
         _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast, plan, by_blocks)
         for _ in range(min(hw.cores, len(cells)))
     ]
-    cores = tuple(b.emit(cells[core :: hw.cores]).build() for core, b in enumerate(builders))
+    orders = [core_blocks(cells[core :: hw.cores], t) for core in range(len(builders))]
+    last = 0
+    if by_blocks:  # the L2 later kernels meet is left by blocks simulated whole
+        last = covering_tail(
+            [[builders[0].block_regions(block) for block in blocks] for blocks, _ in orders],
+            hw.memories["L2"].capacity_bytes,
+            lambda r: (r.row1 - r.row0) * (r.col1 - r.col0) * DTYPE_BYTES[tensors[r.tensor].dtype],
+        )
+    cores = tuple(b.emit(*order, last).build() for b, order in zip(builders, orders))
     sampling = None
     windows = tuple(Window(core, *w) for core, b in enumerate(builders) for w in b.windows)
     if windows:
@@ -228,6 +234,7 @@ class _MatmulCore:
     ):
         self.kernel, self.workload, self.hw, self.shape, self.t = kernel, workload, hw, shape, t
         self.plan = plan  # the K chunks each block lowers, when sampled
+        self.chunk_k = t.base_k * t.step_k
         self.by_blocks = by_blocks  # each row's blocks block_plan keeps, when sampled
         # per window: per pipe, the queue positions of its instructions; skipped; width;
         # how many times it runs (a K-chunk window in a window of blocks: 1 + theirs); unit
@@ -256,11 +263,12 @@ class _MatmulCore:
         self.side_names = ["A"] + (["B"] if g == 1 else [f"B{i}" for i in range(g)])
         self.converted_bytes = 0  # of narrower B blocks converted in L0B
 
-    def emit(self, cells: list[tuple[range, tuple[int, int], tuple[int, int]]]):
-        """The core's program for its cells (batches, rows, columns), one after another."""
+    def emit(self, blocks: list[Block], row_starts: list[int], last: int):
+        """The core's program for its blocks (block_order.core_blocks), the `last` of them
+        kept whole when sampled (sampling.covering_tail)."""
         t, shape = self.t, self.shape
         core = self.core = CoreBuilder()
-        chunk_k = self.chunk_k = t.base_k * t.step_k
+        chunk_k = self.chunk_k
         g = len(self.bs)
         self.l1_a = SlotRing(core, "L1", t.base_m * chunk_k * shape.a_bytes, t.buffers)
         self.l1_b = [
@@ -288,31 +296,10 @@ class _MatmulCore:
                 cols,
                 t.base_n,
             )
-        blocks: list[_Block] = []  # in the core's order
-        row_starts = []  # the first block of each row of a cell (its inner loop's blocks)
-        for batches, (m0, m1), (n0, n1) in cells:
-            in_cell = [
-                (b, bm, bn)
-                for b in batches
-                for bm in range(m0, m1, t.base_m)
-                for bn in range(n0, n1, t.base_n)
-            ]
-            if t.order == "m":
-                in_cell.sort(key=lambda block: (block[0], block[2], block[1]))
-            outer = 2 if t.order == "m" else 1  # the coordinate a row keeps
-            row_starts += [
-                len(blocks) + i
-                for i, block in enumerate(in_cell)
-                if not i or block[: outer + 1] != in_cell[i - 1][: outer + 1]
-            ]
-            blocks += [
-                (b, (bm, min(m1, bm + t.base_m)), (bn, min(n1, bn + t.base_n)), (n0, n1))
-                for b, bm, bn in in_cell
-            ]
-        self._emit_steps(self._plan_steps(blocks, row_starts))
+        self._emit_steps(self._plan_steps(blocks, row_starts, last))
         return core
 
-    def _plan_steps(self, blocks: list[_Block], row_starts: list[int]) -> list[_Step]:
+    def _plan_steps(self, blocks: list[Block], row_starts: list[int], last: int) -> list[_Step]:
         """Each (block, K chunk) the core lowers, with the L1 chunks it needs and whether each
         is fresh: a chunk equal to the one staged just before is reused in place."""
         every = range(-(-self.shape.k // self.chunk_k))
@@ -321,7 +308,7 @@ class _MatmulCore:
         steps: list[_Step] = []
         shapes = [(r[1] - r[0], c[1] - c[0]) for _, r, c, _ in blocks]
         chosen = (
-            kept_blocks(shapes, row_starts, len(every))
+            kept_blocks(shapes, row_starts, len(every), last)
             if self.by_blocks
             else ((block, None, "", range(0)) for block in range(len(blocks)))
         )
@@ -355,7 +342,15 @@ class _MatmulCore:
         """The K range of K chunk `chunk`."""
         return chunk * self.chunk_k, min(self.shape.k, (chunk + 1) * self.chunk_k)
 
-    def _touches(self, block: _Block, chunk: int, drains: bool = False) -> tuple[Touch, ...]:
+    def block_regions(self, block: Block) -> list[Region]:
+        """Every region of global memory a block reads (its L1 chunks) or writes."""
+        b, rows, cols, _ = block
+        row0, row1 = b * self.shape.m + rows[0], b * self.shape.m + rows[1]
+        every = range(-(-self.shape.k // self.chunk_k))
+        outs = [Region(out, row0, row1, *cols) for *_, out in self.bs]
+        return [r for k in every for r in self._regions(b, rows, cols, self._depth(k))] + outs
+
+    def _touches(self, block: Block, chunk: int, drains: bool = False) -> tuple[Touch, ...]:
         """What K chunk `chunk` of a block reads (the L1 chunk of each side), and if it
         `drains` the block, what its drain touches (the epilogue's loads, and the stores)."""
         b, rows, cols, _ = block
