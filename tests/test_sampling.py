@@ -116,10 +116,14 @@ def test_the_tail_covers_the_l2_in_distinct_bytes():
     block each (1 byte) touch 4 distinct bytes a block, not 6."""
     cores = [[["A0", "B0"], ["A1", "B1"]], [["A0", "B2"], ["A1", "B3"]]]
     size = {"A0": 2, "A1": 2}.get
-    assert covering_tail(cores, 4, lambda region: size(region, 1)) == 1
-    assert covering_tail(cores, 5, lambda region: size(region, 1)) == 2
-    assert covering_tail(cores, 100, lambda region: size(region, 1)) == 2  # all of it
-    assert covering_tail([], 100, len) == 0
+
+    def tail(cores, capacity):
+        return covering_tail(cores, lambda block: block, capacity, lambda name: size(name, 1))
+
+    assert tail(cores, 4) == 1
+    assert tail(cores, 5) == 2
+    assert tail(cores, 100) == 2  # all of it
+    assert tail([], 100) == 0
 
 
 @pytest.mark.slow

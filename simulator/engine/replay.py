@@ -10,8 +10,8 @@ as that one left it, its tensors for the earlier one's. A model's layers are suc
 from the second on, most kernels of a layer begin as the layer before's did.
 
 The engine keeps, for each kernel it simulated, its pipe logs, its span, its buffers' peaks
-and the L2 before and after it; a kernel that matches one is not simulated: its logs are
-the earlier kernel's moved to its start, and L2 is left as the earlier kernel left it, its
+and the L2 before and after it; a kernel that matches one is not simulated: its logs share
+the earlier kernel's, shifted to its start, and L2 is left as the earlier kernel left it, its
 tensors renamed (the lines it did not touch are the ones now in their places:
 L2Cache.rerun). What a run kept and used passes to the next run on the same hardware
 object, as lowered kernels do (schedule/copies.py): a request's decode steps at other
@@ -24,6 +24,7 @@ without, record for record (tests/test_engine.py, tests/test_properties.py).
 from __future__ import annotations
 
 import hashlib
+import itertools
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -125,7 +126,7 @@ class Simulated:
     peaks: dict[str, int]  # the most bytes each buffer held (occupancy.kernel_peaks)
     l2_before: tuple[list[tuple], int, int]  # L2Cache.state as it began
     l2_after: tuple[list[tuple], int, int]  # and as it ended
-    run: Replays  # the run that simulated it
+    run: int  # the run that simulated it (Replays.serial)
     shape: str | None = UNDIGESTED  # its queues and layout digested (Replays.digest)
 
 
@@ -134,9 +135,11 @@ class Replays:
     the last run on the same hardware kept or replayed (`done` hands them on)."""
 
     _last: tuple[Hardware, dict[str, list[Simulated]], dict[tuple, int], dict] | None = None
+    _serials = itertools.count()
 
     def __init__(self, program: Program, hardware: Hardware):
         self.program, self.hardware = program, hardware
+        self.serial = next(Replays._serials)
         self.by_entry: dict[str, list[Simulated]] = {}
         self.numbers: dict[tuple, int] = {}  # every distinct instruction shape digested
         # per program a kernel's is a copy of (or its own), by id: it and its queues digest
@@ -186,7 +189,7 @@ class Replays:
         handed: dict[str, list[Simulated]] = {}
         for kept in self.by_entry.values():
             for simulated in kept:
-                if simulated.run is self or simulated in self.used:
+                if simulated.run == self.serial or simulated in self.used:
                     handed.setdefault(simulated.span.entry[0], []).append(simulated)
         sources = {id(s.kernel.copy_of or s.kernel) for kept in handed.values() for s in kept}
         queues = {key: kept for key, kept in self.queues.items() if key in sources}

@@ -313,7 +313,7 @@ class World:
                         peaks,
                         l2_before,
                         after,
-                        replays,
+                        replays.serial,
                     )
                 )
         if replays is not None:

@@ -175,7 +175,8 @@ def lower_matmul(
     last = 0
     if by_blocks:  # the L2 later kernels meet is left by blocks simulated whole
         last = covering_tail(
-            [[builders[0].block_regions(block) for block in blocks] for blocks, _ in orders],
+            [blocks for blocks, _ in orders],
+            builders[0].block_regions,
             hw.memories["L2"].capacity_bytes,
             lambda r: (r.row1 - r.row0) * (r.col1 - r.col0) * DTYPE_BYTES[tensors[r.tensor].dtype],
         )

@@ -44,7 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Hashable, Iterator, Mapping, Sequence
+from typing import Callable, Hashable, Iterable, Iterator, Mapping, Sequence, TypeVar
 
 from .region import Region
 
@@ -65,6 +65,7 @@ TIMED_PIPE = "CUBE"  # whose instruction ends time a window
 OPENS, CLOSES = "opens", "closes"  # a unit's place in the measured window
 
 Touch = tuple[Region, bool]  # a region a skipped unit read (False) or wrote (True)
+Unit = TypeVar("Unit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,25 +148,26 @@ def kept_blocks(
 
 
 def covering_tail(
-    cores: Sequence[Sequence[Sequence[Region]]],
+    cores: Sequence[Sequence[Unit]],
+    touched: Callable[[Unit], Iterable[Region]],
     capacity_bytes: int,
     nbytes: Callable[[Region], int],
 ) -> int:
-    """How many of each core's last blocks (`cores`: per core, per block in its order, the
-    regions it reads and writes) must be simulated whole for them to touch, together, at
-    least the L2's capacity in distinct bytes: what later kernels meet in L2 is then what
-    simulated blocks left, not the warm of skipped ones. (LLaMA-2-7B's 1024-token gate+up
-    on ascend910 kept its last two blocks on each of 32 cores; sharing operands, they touch
-    26 of L2's 32 MiB, and the down GEMM after it ran 9% slow.)"""
+    """How many of each core's last blocks (`cores`: per core, its blocks in order, each
+    `touched`: the regions it reads and writes) must be simulated whole for them to touch,
+    together, at least the L2's capacity in distinct bytes: what later kernels meet in L2
+    is then what simulated blocks left, not the warm of skipped ones. (LLaMA-2-7B's
+    1024-token gate+up on ascend910 kept its last two blocks on each of 32 cores; sharing
+    operands, they touch 26 of L2's 32 MiB, and the down GEMM after it ran 9% slow.)"""
     seen: set[Region] = set()
-    touched, longest = 0, max((len(blocks) for blocks in cores), default=0)
+    covered, longest = 0, max((len(blocks) for blocks in cores), default=0)
     for last in range(1, longest + 1):
         for blocks in cores:
-            for region in blocks[-last] if last <= len(blocks) else ():
+            for region in touched(blocks[-last]) if last <= len(blocks) else ():
                 if region not in seen:
                     seen.add(region)
-                    touched += nbytes(region)
-        if touched >= capacity_bytes:
+                    covered += nbytes(region)
+        if covered >= capacity_bytes:
             return last
     return longest
 
