@@ -27,7 +27,7 @@ from .attention_plan import PARTIALS
 from .kernel import Kernel
 from .program import CoreProgram, GlobalTransfer, Instruction, KernelProgram, _shared
 from .region import Region
-from .sampling import KernelSampling, Skip
+from .sampling import Skip
 
 _Names = tuple[str, tuple[str, ...], tuple[str, ...]]  # a kernel's, its tensors' and ops'
 
@@ -123,24 +123,8 @@ class _Renaming:
     def program(self, program: KernelProgram) -> KernelProgram:
         sampling = program.sampling
         if sampling is not None:
-            sampling = KernelSampling(
-                sampling.chunks,
-                sampling.kept,
-                sampling.windows,
-                tuple(
-                    tuple(
-                        Skip(
-                            skip.chunks_before,
-                            tuple(
-                                tuple((self.region(r), wrote) for r, wrote in step)
-                                for step in skip.steps
-                            ),
-                        )
-                        for skip in skips
-                    )
-                    for skips in sampling.skips
-                ),
-            )
+            skips = tuple(tuple(map(self.skip, core)) for core in sampling.skips)
+            sampling = replace(sampling, skips=skips)
         copy = replace(
             program,
             name=self.new + program.name[len(self.old) :],
@@ -152,6 +136,10 @@ class _Renaming:
         # what the engine asks of every kernel as one begins, known without its cores
         copy.__dict__["touched_tensors"] = tuple(self.tensors[t] for t in program.touched_tensors)
         return copy
+
+    def skip(self, skip: Skip) -> Skip:
+        steps = tuple(tuple((self.region(r), wrote) for r, wrote in step) for step in skip.steps)
+        return Skip(skip.chunks_before, steps)
 
     def core(self, core: CoreProgram) -> CoreProgram:
         instructions, instruction = self.instructions, self.instruction

@@ -26,7 +26,7 @@ from .attention import lower_attention
 from .attention_plan import attention_workspace
 from .block_order import Block, core_blocks
 from .copies import LoweredKernels
-from .epilogue import VectorChain, as_2d, chain_bytes
+from .epilogue import VectorChain, as_2d, chain_bytes, region_bytes
 from .footprint import (
     compulsory_bytes,
     read_once_bytes,
@@ -178,7 +178,7 @@ def lower_matmul(
             [blocks for blocks, _ in orders],
             builders[0].block_regions,
             hw.memories["L2"].capacity_bytes,
-            lambda r: (r.row1 - r.row0) * (r.col1 - r.col0) * DTYPE_BYTES[tensors[r.tensor].dtype],
+            lambda region: region_bytes(region, tensors[region.tensor]),
         )
     cores = tuple(b.emit(*order, last).build() for b, order in zip(builders, orders))
     sampling = None
