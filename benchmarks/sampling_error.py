@@ -31,6 +31,7 @@ TARGET = 0.01  # of time and of HBM bytes
 STEPS = (
     ("llama2-7b", Step("prefill", 1, 2048, 2048), 1),
     ("llama2-7b", Step("prefill", 1, 512, 512), 1),
+    ("llama2-7b", Step("prefill", 1, 128, 128), 1),  # validation row D5a's prompt (a100)
     ("llama2-7b", Step("decode", 1, 1, 2049), 4),
     ("llama2-13b", Step("prefill", 1, 512, 512), 1),
 )

@@ -93,7 +93,8 @@ def infer(
     of more than `work_limit` layer-steps (layers simulated x steps; None: no limit) is
     refused before it starts. `sample` simulates a matmul's repeating K chunks or blocks in part
     (schedule/sampling.py; ignored with `exact`): not yet the default, as a sampled run is
-    not yet within 1% of the exact one everywhere (a 128-token prefill on a100: 3%)."""
+    not yet within 1% of the exact one everywhere (a 64-token request on h100: TTFT 1.5%
+    fast)."""
     if isinstance(model, str):
         model = load_model(model)
     if isinstance(hardware, str):

@@ -45,7 +45,7 @@ from ..schedule.program import (
     transfer_rate,
 )
 from ..schedule.sampling import TIMED_PIPE as TIMED
-from ..schedule.sampling import Extension, Skip, extension_cycles, warm_order
+from ..schedule.sampling import Extension, KernelSampling, Load, Skip, extension_cycles, warm_order
 from .bandwidth import channel
 from .l2cache import L2Cache
 from .occupancy import TIME_BITS, kernel_peaks
@@ -175,6 +175,7 @@ class World:
         # per skip not yet warmed: the cycle each core got past it, what the cores past it
         # touched since, and every core's skip there (see warm)
         self.past_skips: dict[int, tuple[dict[int, int], list[Region], dict[int, Skip]]] = {}
+        self.skipped_at: dict[int, int] = {}  # per core, the cycle it passed its last skip
         self.peak_occupancy = dict.fromkeys(hw.buffer_bytes, 0)  # see _count_occupancy
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {
@@ -325,7 +326,7 @@ class World:
         start = int(self.env.now)
         yield self.env.timeout(kernel_start_cycle(index, start, self.hw) - start)
         self.kernel_started = int(self.env.now)
-        self.l2.warmed, self.past_skips = {}, {}
+        self.l2.warmed, self.past_skips, self.skipped_at = {}, {}, {}
         self.kernel = kernel
         ahead = (later.touched_tensors for later in self.program.kernels[index:])
         self.entry = (self.l2.entry_state(ahead), host_lead_cycles(index, start, self.hw))
@@ -347,7 +348,9 @@ class World:
             timed = {log.core: log.column("end_cycle") for log in logs if log.pipe == TIMED}
             fetched = sum(found for _, found in self.l2.warmed.values())
             floor = math.ceil(fetched / self.channels["HBM"].bytes_per_cycle)
-            extension = extension_cycles(kernel.sampling, ends, timed, floor)
+            loads = window_loads(self, kernel.sampling, logs)
+            skipped_at = [self.skipped_at.get(core, end) for core, end in enumerate(ends)]
+            extension = extension_cycles(kernel.sampling, ends, timed, floor, loads, skipped_at)
         end = max(ends, default=int(self.env.now)) + extension.cycles
         if end > self.env.now:
             yield self.env.timeout(end - self.env.now)
@@ -460,7 +463,7 @@ class World:
         if group not in self.past_skips:
             self.past_skips[group] = ({}, [], sampling.skipping(group))
         arrivals, since, skipping = self.past_skips[group]
-        arrivals[core] = int(self.env.now)
+        arrivals[core] = self.skipped_at[core] = int(self.env.now)
         if len(arrivals) < len(skipping):
             return
         del self.past_skips[group]
@@ -555,6 +558,39 @@ class World:
         engine/occupancy.py) into `peak_occupancy`."""
         for buffer, most in peaks.items():
             self.peak_occupancy[buffer] = max(self.peak_occupancy[buffer], most)
+
+
+def window_loads(world: World, sampling: KernelSampling, logs: Sequence[PipeLog]) -> list[Load]:
+    """What each measured window of a sampled kernel needed of its core alone, and moved
+    through HBM and L2 (see Load), from the pipe logs of its run: per pipe, its
+    instructions' cycles; per stream of an engine's global transfers, their bytes at their
+    own rates from where they found them, with nothing sharing them and no start-ups (the
+    engine's queue overlaps those)."""
+    by_pipe = {(log.core, log.pipe): log for log in logs}
+    loads = []
+    for window in sampling.windows:
+        busy: dict[tuple[str, str | None], int] = {}
+        fetched = hit = 0
+        for pipe, (start, end) in window.spans.items():
+            log = by_pipe[window.core, pipe]
+            starts, ends = log.column("start_cycle"), log.column("end_cycle")
+            hits, fetches = log.column("l2_hit_bytes"), log.column("hbm_bytes")
+            per_tensor = pipe in world.per_tensor_streams
+            for i in range(start, end):
+                instr = log.instrs[i]
+                if type(instr) is not GlobalTransfer:
+                    busy[pipe, None] = busy.get((pipe, None), 0) + ends[i] - starts[i]
+                    continue
+                fetched, hit = fetched + fetches[i], hit + hits[i]
+                rate = world.shaped(instr, world.routes[instr.src, instr.dst][1])
+                cycles = math.ceil(fetches[i] / rate)
+                if hits[i]:
+                    l2_rate = world.shaped(instr, world.routes["L2", instr.dst][1])
+                    cycles += math.ceil(hits[i] / l2_rate)
+                stream = (pipe, instr.region.tensor if per_tensor else None)
+                busy[stream] = busy.get(stream, 0) + cycles
+        loads.append(Load(max(busy.values(), default=0), (fetched, hit)))
+    return loads
 
 
 def simulate_program(

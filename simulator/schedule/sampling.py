@@ -21,9 +21,10 @@ What is not lowered is taken to repeat the window `skipped` times over:
 - time (`extension_cycles`, called by the engine at the kernel's end): each core adds its
   skipped windows at its pace (the mean of the n-th windows of all cores, plus the part of
   its own window's difference from the mean that chance, measured by the difference between
-  a window's halves, does not explain), and the kernel ends when its slowest core would,
-  never sooner than the skipped units' HBM fetches (as their warming reads found them)
-  take at HBM's sustained rate;
+  a window's halves, does not explain), less what the cores that end before it stop
+  taking of the bandwidth they shared (`fluid_ends`), and the kernel ends when its slowest
+  core would, never sooner than the skipped units' HBM fetches (as their warming reads
+  found them) take at HBM's sustained rate;
 - work: the analysis counts every instruction of a window 1 + `skipped` times (its bytes,
   busy cycles and stalls), so bytes stay whole and conserved, except that what the skipped
   reads found in L2 or fetched from HBM splits as their warming reads did;
@@ -252,11 +253,24 @@ class Extension:
     error_cycles: int
 
 
+@dataclass(frozen=True, slots=True)
+class Load:
+    """What a measured window needs of its core with no other core running (the cycles of
+    its busiest pipe, or engine stream: its global transfers' bytes at their own rates),
+    and the bytes it moved through each shared memory (HBM, then L2's port); the engine
+    measures both from the window's instructions."""
+
+    alone_cycles: int
+    shared_bytes: tuple[int, int]
+
+
 def extension_cycles(
     sampling: KernelSampling,
     core_ends: Sequence[int],
     timed_ends: Mapping[int, Sequence[int]],
     floor_cycles: int,
+    loads: Sequence[Load] = (),
+    skipped_at: Sequence[int] = (),
 ) -> Extension:
     """The cycles a sampled kernel runs beyond its simulated end. Each window's duration is
     read on its core's TIMED_PIPE (`timed_ends[core]`: the end cycle of each instruction).
@@ -266,15 +280,17 @@ def extension_cycles(
     windows plus the share of its own difference that chance does not explain (the slowest
     of a hundred windows is otherwise an outlier, not a pace). Each core adds its skipped
     windows at its pace (as many times over as a window runs: one of K chunks inside a
-    window of blocks stands for its chunks in every block that window stands for); the
-    kernel ends when its slowest core would, but never sooner than `floor_cycles` (its
-    skipped units' HBM fetches at HBM's rate). The error: per n-th window, twice the
-    standard deviation of a window by chance and of the mean, times the windows skipped;
-    plus what the floor added."""
+    window of blocks stands for its chunks in every block that window stands for), less
+    what the cores that finish before it stop taking of the bandwidth they shared
+    (`loads`, one per window: `fluid_ends`); the kernel ends when its slowest core would,
+    but never sooner than `floor_cycles` (its skipped units' HBM fetches at HBM's rate).
+    The error: per n-th window, twice the standard deviation of a window by chance and of
+    the mean, times the windows skipped; plus what the relief took off (the cores' pace once
+    others end is modelled, not simulated) and what the floor added."""
     # (unit, n) -> the n-th windows of that unit on every core: (window, duration, halves' gap)
-    paces: dict[tuple[str, int], list[tuple[Window, int, int]]] = {}
+    paces: dict[tuple[str, int], list[tuple[int, Window, int, int]]] = {}
     ordinal: dict[tuple[int, str], int] = {}
-    for window in sampling.windows:
+    for index, window in enumerate(sampling.windows):
         start, end = window.spans[TIMED_PIPE]
         ends = timed_ends[window.core]
         per_unit = (end - start) // window.width  # Cube calls per unit
@@ -282,21 +298,92 @@ def extension_cycles(
         before, last = ends[start - 1], ends[end - 1]
         gap = abs((last - middle) - (middle - before))
         n = ordinal[window.core, window.unit] = ordinal.get((window.core, window.unit), -1) + 1
-        paces.setdefault((window.unit, n), []).append((window, last - before, gap))
-    added = dict.fromkeys(range(len(core_ends)), 0.0)
+        paces.setdefault((window.unit, n), []).append((index, window, last - before, gap))
+    shared = dict.fromkeys(range(len(core_ends)), 0.0)  # skipped cycles, cores side by side
+    alone = dict.fromkeys(range(len(core_ends)), 0.0)  # and with no other core running
+    measured = dict.fromkeys(range(len(core_ends)), 0)  # cycles of a core's windows
+    moved = {core: [0, 0] for core in range(len(core_ends))}  # and the bytes they moved
     error = 0.0
     for samples in paces.values():
-        durations = [duration for _, duration, _ in samples]
+        durations = [duration for _, _, duration, _ in samples]
         mean = sum(durations) / len(durations)
         spread = sum((d - mean) ** 2 for d in durations) / len(durations)
-        noise = sum(g * g for _, _, g in samples) / len(samples)  # var(h2 - h1) = var(h1 + h2)
+        noise = sum(g * g for _, _, _, g in samples) / len(samples)  # var(h2 - h1) = var(h1 + h2)
         kept = 0.0 if spread <= noise else 1 - noise / spread  # of a core's own difference
-        skipped = max(window.skipped * window.repeats for window, _, _ in samples)
+        skipped = max(window.skipped * window.repeats for _, window, _, _ in samples)
         error += skipped * 2 * math.sqrt(noise + spread / len(durations))
-        for window, duration, _ in samples:
+        for index, window, duration, _ in samples:
             pace = mean + kept * (duration - mean)
-            added[window.core] += window.skipped * window.repeats * pace
-    finished = max(core_ends)
-    cycles = max(0, round(max(end + added[core] for core, end in enumerate(core_ends))) - finished)
+            times = window.skipped * window.repeats
+            shared[window.core] += times * pace
+            load = loads[index] if loads else Load(duration, (0, 0))
+            alone[window.core] += times * min(pace, load.alone_cycles)
+            measured[window.core] += duration
+            moved[window.core] = [a + b for a, b in zip(moved[window.core], load.shared_bytes)]
+    demand = {
+        core: tuple(nbytes / measured[core] for nbytes in moved[core])
+        for core in shared
+        if measured[core]
+    }
+    fluid = fluid_ends(skipped_at or core_ends, core_ends, shared, alone, demand)
+    side_by_side = max(end + shared[core] for core, end in enumerate(core_ends))
+    relief = side_by_side - max(fluid)  # a model of what was not simulated: stated as error
+    cycles = max(0, round(max(fluid)) - max(core_ends))
     raised = max(0, floor_cycles - cycles)
-    return Extension(cycles + raised, math.ceil(error) + raised)
+    return Extension(cycles + raised, math.ceil(error + relief) + raised)
+
+
+def fluid_ends(
+    skipped_at: Sequence[int],
+    core_ends: Sequence[int],
+    shared: Mapping[int, float],
+    alone: Mapping[int, float],
+    demand: Mapping[int, Sequence[float]],
+) -> list[float]:
+    """When each core would end, had it run its skipped windows where it passed its last skip
+    (`skipped_at`) and then the rest it simulated (up to `core_ends`), if the windows take
+    `shared[core]` cycles while every core runs and `alone[core]` with no other: in between,
+    the part of their time spent sharing scales with what is still running of the other
+    cores' demand on the memories it uses (`demand`: per memory, bytes per cycle in their
+    windows), each memory weighed by its own share of its bytes. Cores sharing HBM or L2 run
+    faster once those with less work (an edge block, a shorter share) are done."""
+    left = {core: 1.0 for core in demand if shared[core] > 0}  # of its skipped windows
+    ends = [float(end) for end in core_ends]  # a core without skipped windows: as simulated
+    running = dict.fromkeys(left, float("inf"))  # until its end, a core's demand counts
+    totals = [sum(d[level] for d in demand.values()) for level in range(2)]
+    now = float(min((skipped_at[core] for core in left), default=0))
+    while left:
+        still = [
+            sum(demand[core][level] for core, end in running.items() if end > now)
+            for level in range(2)
+        ]
+        rates = {  # of its skipped windows per cycle, for the cores past their last skip
+            core: 1
+            / (alone[core] + (shared[core] - alone[core]) * _others(demand[core], still, totals))
+            for core in left
+            if skipped_at[core] <= now
+        }
+        step = min(
+            [
+                *(left[core] / rate for core, rate in rates.items()),
+                *(skipped_at[core] - now for core in left if skipped_at[core] > now),
+                *(end - now for end in running.values() if now < end < float("inf")),
+            ]
+        )
+        now += step
+        for core, rate in rates.items():
+            left[core] -= rate * step
+            if left[core] <= 1e-9:
+                del left[core]
+                ends[core] = running[core] = now + core_ends[core] - skipped_at[core]
+    return ends
+
+
+def _others(own: Sequence[float], still: Sequence[float], totals: Sequence[float]) -> float:
+    """The share of the other cores' demand still running on the memories a core uses (each
+    weighed by the core's own share of its demand, `own`)."""
+    weight = sum(own) or 1
+    return sum(
+        mine / weight * ((left - mine) / (total - mine) if total > mine else 0)
+        for mine, left, total in zip(own, still, totals)
+    )
