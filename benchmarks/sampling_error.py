@@ -3,13 +3,16 @@ and for whole-model steps, the time and HBM bytes of a sampled run beside the ex
 the sampled run's own error estimate, whether that estimate covers the difference, and the
 speed-up.
 
-    python benchmarks/sampling_error.py [--quick]
+    python benchmarks/sampling_error.py [--quick | --validate]
 
 Sampling (simulator/schedule/sampling.py) lowers a matmul block's first K chunks (or a row's
 first blocks), a measured window and its last ones, and extrapolates those between from
 the window.
 Targets: within 1% on time and HBM bytes everywhere; the estimate covers the difference in
 at least 95% of the rows. `--quick`: the shipped workloads on two presets, no model steps.
+`--validate`: instead, every row of benchmarks/validate.py (its GEMMs and kernels as they
+run there; a request's metric, sampled against exact, with no HBM column: `infer` reports
+none per request).
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 
 from simulator import load_hardware, load_model, load_workload
 from simulator.config.transformer import Step, step_workload
+from simulator.config.workload import Workload
 from simulator.errors import SimulatorError
 from simulator.pipeline import simulate
 
@@ -56,6 +60,39 @@ def cases(quick: bool):
             yield f"{model} {step.phase} {step.new_tokens}x{layers}L@{chip}", workload
 
 
+def validation_cases():
+    """(label, workload or request) of every validate.py row, as validate.py runs it."""
+    import validate  # benchmarks/, this script's folder
+
+    for case in (*validate.CALIBRATION, *validate.HOLDOUT):
+        shape = f"{case.m}x{case.n}x{case.k}" if isinstance(case, validate.Case) else case.shape
+        label = f"{case.id} {case.hardware} {shape}"
+        if isinstance(case, validate.RequestCase):
+            yield label, case
+            continue
+        try:
+            builder = validate.kernels if isinstance(case, validate.KernelsCase) else validate.gemm
+            yield label, builder(case)
+        except SimulatorError:
+            continue  # a row the simulator refuses: validate.py shows why
+
+
+def request_row(case) -> tuple[float, float | None, float, float]:
+    """A request row: its metric sampled against exact, no HBM figure, the estimate `infer`
+    states, and the speed-up."""
+    import validate
+
+    started = time.perf_counter()
+    exact = validate.request_value(case)
+    exact_s = time.perf_counter() - started
+    started = time.perf_counter()
+    sampled, method = validate.request_value(case, sample=True)
+    sampled_s = time.perf_counter() - started
+    stated = method.split("error estimate up to ")
+    estimate = float(stated[1].split("%")[0]) / 100 if len(stated) > 1 else 0.0
+    return sampled / exact - 1, None, estimate, exact_s / sampled_s
+
+
 def hbm_bytes(report) -> int:
     return report.traffic["HBM"].read_bytes + report.traffic["HBM"].write_bytes
 
@@ -63,10 +100,27 @@ def hbm_bytes(report) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer rows (see above)")
+    parser.add_argument("--validate", action="store_true", help="validate.py's rows instead")
     args = parser.parse_args()
     print(f"{'row':44s} {'time':>8s} {'HBM':>8s} {'estimate':>9s} {'covers':>6s} {'speed-up':>8s}")
     rows = covered = within = 0
-    for label, workload in cases(args.quick):
+    for label, workload in validation_cases() if args.validate else cases(args.quick):
+        if not isinstance(workload, Workload):  # a validate.py request
+            try:
+                time_error, hbm_error, estimate, speed_up = request_row(workload)
+            except SimulatorError:
+                continue
+            if estimate == 0 and time_error == 0:
+                continue  # nothing was sampled
+            rows += 1
+            covered += abs(time_error) <= estimate
+            within += abs(time_error) <= TARGET
+            print(
+                f"{label:44s} {time_error:+8.3%} {'-':>8s} {estimate:9.3%} "
+                f"{'yes' if abs(time_error) <= estimate else 'no':>6s} {speed_up:7.1f}x",
+                flush=True,
+            )
+            continue
         try:
             started = time.perf_counter()
             exact = simulate(workload)

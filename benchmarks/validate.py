@@ -52,8 +52,9 @@ from simulator.workers import worker_pool  # noqa: E402
 SPLITS = {"calibration": CALIBRATION, "holdout": HOLDOUT}
 
 
-def request_value(case: RequestCase) -> float:
-    """What `infer` says of the request, in the unit of the case's metric."""
+def request_value(case: RequestCase, sample: bool = False):
+    """What `infer` says of the request, in the unit of the case's metric (with `sample`:
+    sampled, and with the report's method, which states the sampling's error estimate)."""
     report = infer(
         load_model(case.model),
         load_hardware(case.hardware, case.overrides),
@@ -63,11 +64,14 @@ def request_value(case: RequestCase) -> float:
         weights=case.dtype if case.dtype in WEIGHT_DTYPES else "fp16",  # bf16: fp16's bytes
         chips=case.chips,
         runtime=case.runtime,
+        sample=sample,
     )
     if case.metric == "energy":
-        return report.energy_j()["per_token"]
-    us = {"ttft": report.ttft_us, "tpot": (report.tpot_us or {}).get("mean"), "e2e": report.e2e_us}
-    return us[case.metric] / 1e3
+        value = report.energy_j()["per_token"]
+    else:
+        us = {"ttft": report.ttft_us, "tpot": (report.tpot_us or {}).get("mean")}
+        value = {**us, "e2e": report.e2e_us}[case.metric] / 1e3
+    return (value, report.method) if sample else value
 
 
 def kernels(case: KernelsCase):
