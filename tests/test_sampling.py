@@ -248,16 +248,32 @@ def test_a_core_runs_its_skipped_windows_faster_once_the_cores_it_shared_with_ar
     after its skip follows its skipped windows, and it shares the bandwidth until then
     (core 0 to 130: core 1 is 13% done, 87% of 500 cycles take it to 565, and its own 20
     cycles follow)."""
-    shared, alone = {0: 100.0, 1: 1000.0}, {0: 50.0, 1: 500.0}
+
+    def segments(core_1_at=0, core_1=(1000.0, 500.0)):
+        return {0: [(0, 100.0, 50.0)], 1: [(core_1_at, *core_1)]}
+
     demand = {0: (1.0, 0.0), 1: (1.0, 0.0)}  # bytes per cycle, on HBM and L2
-    assert fluid_ends([0, 0], [0, 0], shared, alone, demand) == [100, 550]
-    assert fluid_ends([0, 0], [30, 20], shared, alone, demand) == [130, 585]
+    assert fluid_ends([0, 0], segments(), demand) == [100, 550]
+    assert fluid_ends([30, 20], segments(), demand) == [130, 585]
     # cores alike, ending together: nobody is relieved
-    assert fluid_ends([0, 0], [0, 0], {0: 1000.0, 1: 1000.0}, alone, demand) == [1000, 1000]
+    alike = {0: [(0, 1000.0, 500.0)], 1: [(0, 1000.0, 500.0)]}
+    assert fluid_ends([0, 0], alike, demand) == [1000, 1000]
     # a core that arrives after its peer is done runs alone
-    assert fluid_ends([0, 2000], [0, 2000], shared, alone, demand) == [100, 2500]
+    assert fluid_ends([0, 2000], segments(2000), demand) == [100, 2500]
     # and so does one that shares no memory with it (core 1 reads only from L2)
-    assert fluid_ends([0, 0], [0, 0], shared, alone, {0: (1.0, 0.0), 1: (0.0, 1.0)}) == [50, 500]
+    assert fluid_ends([0, 0], segments(), {0: (1.0, 0.0), 1: (0.0, 1.0)}) == [50, 500]
+
+
+def test_a_core_runs_each_skip_where_it_lies():
+    """Core 1 skips twice: at cycle 0, 400 cycles side by side (200 alone), and at cycle
+    300 of its simulated time, 400 more, with 100 simulated after. Core 0 runs its one skip
+    of 800 cycles (400 alone) from cycle 0 to 800, sharing all the while: core 1's first
+    skip takes 400 (to 400), its simulated 300 follow (to 700), and its second skip shares
+    until 800 (a quarter), then runs alone (three quarters of 200: to 950), and its last 100
+    cycles end it at 1,050; lumped at its last skip its first would have run alone too."""
+    segments = {0: [(0, 800.0, 400.0)], 1: [(0, 400.0, 200.0), (300, 400.0, 200.0)]}
+    demand = {0: (1.0, 0.0), 1: (1.0, 0.0)}
+    assert fluid_ends([0, 400], segments, demand) == [800, 1050]
 
 
 def test_a_chunk_window_inside_a_window_of_blocks_counts_for_both():

@@ -175,7 +175,7 @@ class World:
         # per skip not yet warmed: the cycle each core got past it, what the cores past it
         # touched since, and every core's skip there (see warm)
         self.past_skips: dict[int, tuple[dict[int, int], list[Region], dict[int, Skip]]] = {}
-        self.skipped_at: dict[int, int] = {}  # per core, the cycle it passed its last skip
+        self.skipped_at: dict[tuple[int, int], int] = {}  # (core, skip) -> the cycle it passed
         self.peak_occupancy = dict.fromkeys(hw.buffer_bytes, 0)  # see _count_occupancy
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {
@@ -349,8 +349,9 @@ class World:
             fetched = sum(found for _, found in self.l2.warmed.values())
             floor = math.ceil(fetched / self.channels["HBM"].bytes_per_cycle)
             loads = window_loads(self, kernel.sampling, logs)
-            skipped_at = [self.skipped_at.get(core, end) for core, end in enumerate(ends)]
-            extension = extension_cycles(kernel.sampling, ends, timed, floor, loads, skipped_at)
+            extension = extension_cycles(
+                kernel.sampling, ends, timed, floor, loads, self.skipped_at
+            )
         end = max(ends, default=int(self.env.now)) + extension.cycles
         if end > self.env.now:
             yield self.env.timeout(end - self.env.now)
@@ -463,7 +464,7 @@ class World:
         if group not in self.past_skips:
             self.past_skips[group] = ({}, [], sampling.skipping(group))
         arrivals, since, skipping = self.past_skips[group]
-        arrivals[core] = self.skipped_at[core] = int(self.env.now)
+        arrivals[core] = self.skipped_at[core, group] = int(self.env.now)
         if len(arrivals) < len(skipping):
             return
         del self.past_skips[group]

@@ -239,7 +239,7 @@ class _MatmulCore:
         self.by_blocks = by_blocks  # each row's blocks block_plan keeps, when sampled
         # per window: per pipe, the queue positions of its instructions; skipped; width;
         # how many times it runs (a K-chunk window in a window of blocks: 1 + theirs); unit
-        self.windows: list[tuple[dict[str, tuple[int, int]], int, int, int, str]] = []
+        self.windows: list[tuple[dict[str, tuple[int, int]], int, int, int, str, int]] = []
         self.skips: list[Skip] = []  # what each skip's units touched, in order
         self.chunks_run = [0, 0]  # K chunks of the core's blocks: all, and those lowered
         self.times = 1  # how many chunks the chunk being lowered counts for (sampling.py)
@@ -431,7 +431,8 @@ class _MatmulCore:
                 }
                 repeats = self.times // (1 + plan.skipped)  # the windows around it
                 unit = "chunk" if plan is self.plan else "block"
-                self.windows.append((spans, plan.skipped, plan.width, repeats, unit))
+                skip = len(self.skips)  # the units it stands for are skipped next
+                self.windows.append((spans, plan.skipped, plan.width, repeats, unit, skip))
                 self.times = repeats
 
     def _chunk(

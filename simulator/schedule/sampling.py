@@ -215,6 +215,7 @@ class Window:
     width: int
     repeats: int = 1  # how many times it runs: a window of K chunks in a window of blocks
     unit: str = "chunk"  # what it measures: K chunks of a block, or blocks of a row
+    skip: int = 0  # which of its core's skips (in order) the units it stands for lie at
 
 
 @dataclass(frozen=True, slots=True)
@@ -270,7 +271,7 @@ def extension_cycles(
     timed_ends: Mapping[int, Sequence[int]],
     floor_cycles: int,
     loads: Sequence[Load] = (),
-    skipped_at: Sequence[int] = (),
+    skipped_at: Mapping[tuple[int, int], int] = {},
 ) -> Extension:
     """The cycles a sampled kernel runs beyond its simulated end. Each window's duration is
     read on its core's TIMED_PIPE (`timed_ends[core]`: the end cycle of each instruction).
@@ -280,13 +281,14 @@ def extension_cycles(
     windows plus the share of its own difference that chance does not explain (the slowest
     of a hundred windows is otherwise an outlier, not a pace). Each core adds its skipped
     windows at its pace (as many times over as a window runs: one of K chunks inside a
-    window of blocks stands for its chunks in every block that window stands for), less
-    what the cores that finish before it stop taking of the bandwidth they shared
-    (`loads`, one per window: `fluid_ends`); the kernel ends when its slowest core would,
-    but never sooner than `floor_cycles` (its skipped units' HBM fetches at HBM's rate).
-    The error: per n-th window, twice the standard deviation of a window by chance and of
-    the mean, times the windows skipped; plus what the relief took off (the cores' pace once
-    others end is modelled, not simulated) and what the floor added."""
+    window of blocks stands for its chunks in every block that window stands for), each at
+    the skip it stands for (`skipped_at`: the cycle each (core, skip) was passed; the end,
+    if not given), less what the cores that end before it stop taking of the bandwidth they
+    shared (`loads`, one per window: `fluid_ends`); the kernel ends when its slowest core
+    would, but never sooner than `floor_cycles` (its skipped units' HBM fetches at HBM's
+    rate). The error: per n-th window, twice the standard deviation of a window by chance
+    and of the mean, times the windows skipped; plus what the relief took off (the cores'
+    pace once others end is modelled, not simulated) and what the floor added."""
     # (unit, n) -> the n-th windows of that unit on every core: (window, duration, halves' gap)
     paces: dict[tuple[str, int], list[tuple[int, Window, int, int]]] = {}
     ordinal: dict[tuple[int, str], int] = {}
@@ -299,8 +301,8 @@ def extension_cycles(
         gap = abs((last - middle) - (middle - before))
         n = ordinal[window.core, window.unit] = ordinal.get((window.core, window.unit), -1) + 1
         paces.setdefault((window.unit, n), []).append((index, window, last - before, gap))
-    shared = dict.fromkeys(range(len(core_ends)), 0.0)  # skipped cycles, cores side by side
-    alone = dict.fromkeys(range(len(core_ends)), 0.0)  # and with no other core running
+    # per core, per skip: the skipped windows' cycles side by side, and with no other core
+    skips: dict[int, dict[int, list[float]]] = {}
     measured = dict.fromkeys(range(len(core_ends)), 0)  # cycles of a core's windows
     moved = {core: [0, 0] for core in range(len(core_ends))}  # and the bytes they moved
     error = 0.0
@@ -315,18 +317,29 @@ def extension_cycles(
         for index, window, duration, _ in samples:
             pace = mean + kept * (duration - mean)
             times = window.skipped * window.repeats
-            shared[window.core] += times * pace
             load = loads[index] if loads else Load(duration, (0, 0))
-            alone[window.core] += times * min(pace, load.alone_cycles)
+            segment = skips.setdefault(window.core, {}).setdefault(window.skip, [0.0, 0.0])
+            segment[0] += times * pace
+            segment[1] += times * min(pace, load.alone_cycles)
             measured[window.core] += duration
             moved[window.core] = [a + b for a, b in zip(moved[window.core], load.shared_bytes)]
     demand = {
         core: tuple(nbytes / measured[core] for nbytes in moved[core])
-        for core in shared
+        for core in skips
         if measured[core]
     }
-    fluid = fluid_ends(skipped_at or core_ends, core_ends, shared, alone, demand)
-    side_by_side = max(end + shared[core] for core, end in enumerate(core_ends))
+    segments = {
+        core: sorted(
+            (skipped_at.get((core, skip), core_ends[core]), shared, alone)
+            for skip, (shared, alone) in by_skip.items()
+        )
+        for core, by_skip in skips.items()
+    }
+    fluid = fluid_ends(core_ends, segments, demand)
+    side_by_side = max(
+        end + sum(shared for _, shared, _ in segments.get(core, ()))
+        for core, end in enumerate(core_ends)
+    )
     relief = side_by_side - max(fluid)  # a model of what was not simulated: stated as error
     cycles = max(0, round(max(fluid)) - max(core_ends))
     raised = max(0, floor_cycles - cycles)
@@ -334,48 +347,60 @@ def extension_cycles(
 
 
 def fluid_ends(
-    skipped_at: Sequence[int],
     core_ends: Sequence[int],
-    shared: Mapping[int, float],
-    alone: Mapping[int, float],
+    segments: Mapping[int, Sequence[tuple[int, float, float]]],
     demand: Mapping[int, Sequence[float]],
 ) -> list[float]:
-    """When each core would end, had it run its skipped windows where it passed its last skip
-    (`skipped_at`) and then the rest it simulated (up to `core_ends`), if the windows take
-    `shared[core]` cycles while every core runs and `alone[core]` with no other: in between,
-    the part of their time spent sharing scales with what is still running of the other
+    """When each core would end, had it run its skipped windows at the skips they stand for
+    (`segments[core]`: per skip, in order, the cycle it was passed, and the windows' cycles
+    while every core runs and with no other), the rest as simulated: a skip's windows take
+    the part of their time spent sharing scaled by what is still running of the other
     cores' demand on the memories it uses (`demand`: per memory, bytes per cycle in their
-    windows), each memory weighed by its own share of its bytes. Cores sharing HBM or L2 run
-    faster once those with less work (an edge block, a shorter share) are done."""
-    left = {core: 1.0 for core in demand if shared[core] > 0}  # of its skipped windows
+    windows), each memory weighed by its own share of its bytes. Cores sharing HBM or L2
+    run faster once those with less work (an edge block, a shorter share) are done."""
     ends = [float(end) for end in core_ends]  # a core without skipped windows: as simulated
-    running = dict.fromkeys(left, float("inf"))  # until its end, a core's demand counts
     totals = [sum(d[level] for d in demand.values()) for level in range(2)]
-    now = float(min((skipped_at[core] for core in left), default=0))
-    while left:
+    cores = [core for core in demand if segments.get(core)]
+    delay = dict.fromkeys(cores, 0.0)  # cycles its skipped windows so far took
+    step_of = dict.fromkeys(cores, 0)  # its next (or current) skip
+    left: dict[int, float] = {}  # of the skip it is running, by core
+    running = dict.fromkeys(cores, float("inf"))  # until its end, a core's demand counts
+    now = float(min((segments[core][0][0] for core in cores), default=0))
+    while any(end == float("inf") for end in running.values()):
+        for core in cores:  # a core that reached its next skip starts it
+            if core not in left and running[core] == float("inf"):
+                if segments[core][step_of[core]][0] + delay[core] <= now:
+                    left[core] = 1.0
         still = [
             sum(demand[core][level] for core, end in running.items() if end > now)
             for level in range(2)
         ]
-        rates = {  # of its skipped windows per cycle, for the cores past their last skip
-            core: 1
-            / (alone[core] + (shared[core] - alone[core]) * _others(demand[core], still, totals))
-            for core in left
-            if skipped_at[core] <= now
-        }
+        rates = {}
+        for core in left:  # of its skip's windows per cycle
+            _, shared, alone = segments[core][step_of[core]]
+            rates[core] = 1 / (alone + (shared - alone) * _others(demand[core], still, totals))
         step = min(
             [
                 *(left[core] / rate for core, rate in rates.items()),
-                *(skipped_at[core] - now for core in left if skipped_at[core] > now),
+                *(
+                    segments[core][step_of[core]][0] + delay[core] - now
+                    for core in cores
+                    if core not in left and running[core] == float("inf")
+                ),
                 *(end - now for end in running.values() if now < end < float("inf")),
             ]
         )
         now += step
         for core, rate in rates.items():
             left[core] -= rate * step
-            if left[core] <= 1e-9:
-                del left[core]
-                ends[core] = running[core] = now + core_ends[core] - skipped_at[core]
+            at, shared, _ = segments[core][step_of[core]]
+            if left[core] > 1e-9:
+                continue
+            del left[core]
+            delay[core] = now - at
+            step_of[core] += 1
+            if step_of[core] == len(segments[core]):
+                ends[core] = running[core] = core_ends[core] + delay[core]
     return ends
 
 
