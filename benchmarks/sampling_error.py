@@ -77,9 +77,9 @@ def validation_cases():
             continue  # a row the simulator refuses: validate.py shows why
 
 
-def request_row(case) -> tuple[float, float | None, float, float]:
+def request_row(case) -> tuple[float, None, float, float] | None:
     """A request row: its metric sampled against exact, no HBM figure, the estimate `infer`
-    states, and the speed-up."""
+    states, and the speed-up; None if nothing of it was sampled."""
     import validate
 
     started = time.perf_counter()
@@ -89,7 +89,9 @@ def request_row(case) -> tuple[float, float | None, float, float]:
     sampled, method = validate.request_value(case, sample=True)
     sampled_s = time.perf_counter() - started
     stated = method.split("error estimate up to ")
-    estimate = float(stated[1].split("%")[0]) / 100 if len(stated) > 1 else 0.0
+    if len(stated) == 1:
+        return None  # nothing was sampled
+    estimate = float(stated[1].split("%")[0]) / 100
     return sampled / exact - 1, None, estimate, exact_s / sampled_s
 
 
@@ -107,11 +109,12 @@ def main() -> None:
     for label, workload in validation_cases() if args.validate else cases(args.quick):
         if not isinstance(workload, Workload):  # a validate.py request
             try:
-                time_error, hbm_error, estimate, speed_up = request_row(workload)
+                row = request_row(workload)
             except SimulatorError:
                 continue
-            if estimate == 0 and time_error == 0:
-                continue  # nothing was sampled
+            if row is None:
+                continue
+            time_error, _, estimate, speed_up = row
             rows += 1
             covered += abs(time_error) <= estimate
             within += abs(time_error) <= TARGET
