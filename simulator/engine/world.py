@@ -339,8 +339,6 @@ class World:
         sampled kernel runs on for the units it skipped (sampling.extension_cycles). Returns
         its buffers' peaks."""
         logs = self.pipe_logs[first_log:]
-        self.shaped_rates.clear()  # keyed by this kernel's instructions: never seen again
-        self.private_cycles.clear()
         peaks = kernel_peaks(index, kernel, logs, self.hw, int(self.env.now))
         self._fold_peaks(peaks)
         extension = Extension(0, 0)
@@ -352,6 +350,8 @@ class World:
             extension = extension_cycles(
                 kernel.sampling, ends, timed, floor, loads, self.skipped_at
             )
+        self.shaped_rates.clear()  # keyed by this kernel's instructions: never seen again
+        self.private_cycles.clear()
         end = max(ends, default=int(self.env.now)) + extension.cycles
         if end > self.env.now:
             yield self.env.timeout(end - self.env.now)
