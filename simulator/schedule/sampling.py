@@ -378,7 +378,8 @@ def fluid_ends(
         rates = {}
         for core in left:  # of its skip's windows per cycle
             _, shared, alone = segments[core][step_of[core]]
-            rates[core] = 1 / (alone + (shared - alone) * _others(demand[core], still, totals))
+            cycles = alone + (shared - alone) * _others(demand[core], still, totals)
+            rates[core] = 1 / max(cycles, 1.0)
         step = min(
             [
                 *(left[core] / rate for core, rate in rates.items()),
@@ -393,11 +394,10 @@ def fluid_ends(
         now += step
         for core, rate in rates.items():
             left[core] -= rate * step
-            at, shared, _ = segments[core][step_of[core]]
             if left[core] > 1e-9:
                 continue
             del left[core]
-            delay[core] = now - at
+            delay[core] = now - segments[core][step_of[core]][0]
             step_of[core] += 1
             if step_of[core] == len(segments[core]):
                 ends[core] = running[core] = core_ends[core] + delay[core]
