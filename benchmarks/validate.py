@@ -69,8 +69,8 @@ def request_value(case: RequestCase, sample: bool = False):
     if case.metric == "energy":
         value = report.energy_j()["per_token"]
     else:
-        us = {"ttft": report.ttft_us, "tpot": (report.tpot_us or {}).get("mean")}
-        value = {**us, "e2e": report.e2e_us}[case.metric] / 1e3
+        tpot = (report.tpot_us or {}).get("mean")
+        value = {"ttft": report.ttft_us, "tpot": tpot, "e2e": report.e2e_us}[case.metric] / 1e3
     return (value, report.method) if sample else value
 
 
