@@ -28,12 +28,15 @@ from .outputs import (
 )
 from .step_cache import ENV, OFF
 from .sweep import FIGURES, PLOTTABLE
+from .version import NAME
 from .workers import Stopped, stopping_on_sigterm
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    called = Path(sys.argv[0]).stem  # the console command, or python -m simulator
+    parser = build_parser(NAME if called == NAME else "python -m simulator")
     args = parser.parse_args(argv)
+    args.prog = parser.prog
     hardware = getattr(args, "hardware_override", None)
     if hardware:  # as --set hardware=NAME, a file's path taken from here
         if Path(hardware).suffix in (".yaml", ".yml"):
@@ -49,7 +52,9 @@ def main(argv: list[str] | None = None) -> int:
             "infer": _infer,
             "figures": _figures,
             "cache": _cache,
+            "examples": _examples,
         }
+        _check_workload_exists(getattr(args, "workload", None), parser.prog)
         if getattr(args, "no_cache", False):  # for this process and the workers it starts
             os.environ[ENV] = OFF
         # `kill` stops a run as Ctrl-C does: its workers and temporary files go with it
@@ -89,6 +94,39 @@ def _discard_stdout() -> None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
     except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
         sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - stays open until the exit
+
+
+def _check_workload_exists(path: str | None, prog: str) -> None:
+    """A workload file that is not there, named as a shipped example, says how to get it."""
+    from .config.strict import ConfigError
+    from .examples import missing_file_hint
+
+    if path and not os.path.exists(path) and (hint := missing_file_hint(path, prog)):
+        raise ConfigError(path, [f"file not found{hint}"])
+
+
+def _examples(args) -> int:
+    from .examples import copy_examples, examples
+
+    if args.copy:
+        written = copy_examples(Path(args.copy), args.force)
+        where = f"{args.copy.rstrip('/')}/workloads and {args.copy.rstrip('/')}/notebooks"
+        print(
+            f"copied {len(written)} file{'s' * (len(written) != 1)} into {where}"
+            if written
+            else f"{where} already hold every example"
+        )
+        return 0
+    shown = examples()
+    width = max(len(e.name) for e in shown)
+    uses = {"workloads": f"{args.prog} run FILE", "notebooks": "jupyter lab FILE"}
+    for folder in uses:
+        print(f"{folder} ({uses[folder]}):")
+        for example in (e for e in shown if e.folder == folder):
+            print(f"  {example.name:{width}}  {example.about}")
+        print()
+    print(f"copy them into a folder of your own: {args.prog} examples --copy DIR")
+    return 0
 
 
 def _run(args) -> int:

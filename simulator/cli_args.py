@@ -18,10 +18,10 @@ from .version import NAME, __version__
 FIGURE_CLASSES = (*CLASSES, OVERRIDE, UNCLASSIFIED)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
-        prog="python -m simulator", description="Cycle-approximate NPU memory-hierarchy simulator."
-    )
+def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
+    """The grammar; `prog` is how the user called it (the console command npu-memsim, or
+    python -m simulator)."""
+    parser = _Parser(prog=prog, description="Cycle-approximate NPU memory-hierarchy simulator.")
     parser.add_argument("--version", action="version", version=f"{NAME} {__version__}")
     presets = ", ".join(preset_names())  # read once: six commands name them
     sub = parser.add_subparsers(
@@ -309,6 +309,22 @@ def build_parser() -> argparse.ArgumentParser:
         "$XDG_CACHE_HOME/npu-memsim, else ~/.cache/npu-memsim.",
     )
     cache.add_argument("--clear", action="store_true", help="remove every cached run")
+
+    examples = sub.add_parser(
+        "examples",
+        help="list the example workloads and labs that ship with the package, or copy them",
+        description="The workloads (run, plan, sweep, tune, compare take them) and the labs "
+        "(Jupyter notebooks) ship inside the package; --copy puts them in a folder of your "
+        "own, the labs beside the workloads they read.",
+    )
+    examples.add_argument(
+        "--copy",
+        metavar="DIR",
+        help="copy them into DIR/workloads and DIR/notebooks (created if missing)",
+    )
+    examples.add_argument(
+        "--force", action="store_true", help="overwrite files there that differ from them"
+    )
     return parser
 
 

@@ -32,6 +32,7 @@ LAYERS = (
             "search",
             "sweep",
             "outputs",
+            "examples",
         ),
     ),
     ("interface", ("", "cli", "cli_args", "__main__")),  # the package's API and the CLI

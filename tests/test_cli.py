@@ -302,3 +302,48 @@ def test_shipped_names_are_found_whatever_their_case_and_help_lists_them():
     for command, names in (("run", preset_names()), ("infer", model_names() + preset_names())):
         text = " ".join(run_cli(command, "--help").stdout.split())
         assert all(name in text for name in names), (command, text)
+
+
+def test_examples_lists_every_shipped_workload_and_lab():
+    result = run_cli("examples")
+    assert result.returncode == 0, result.stderr
+    for example in [*(ROOT / "workloads").glob("*.yaml"), *(ROOT / "notebooks").glob("*.ipynb")]:
+        assert f"  {example.name} " in result.stdout
+    assert "LLaMA-7B feed-forward block at decode: one token, batch 1" in result.stdout
+    assert "Lab 1: why is decode GEMM bandwidth-bound?" in result.stdout
+
+
+def test_examples_copy_keeps_what_the_user_changed(tmp_path):
+    assert run_cli("examples", "--copy", str(tmp_path)).returncode == 0
+    mine = tmp_path / "workloads" / "gemm_4096.yaml"
+    assert mine.read_bytes() == (ROOT / "workloads" / "gemm_4096.yaml").read_bytes()
+    again = run_cli("examples", "--copy", str(tmp_path))
+    assert again.returncode == 0 and "already hold every example" in again.stdout
+    mine.write_text("# mine\n")
+    assert_user_error(run_cli("examples", "--copy", str(tmp_path)), str(mine), "differs", "--force")
+    assert mine.read_text() == "# mine\n"
+    forced = run_cli("examples", "--copy", str(tmp_path), "--force")
+    assert forced.returncode == 0 and "copied 1 file into" in forced.stdout
+    assert mine.read_bytes() == (ROOT / "workloads" / "gemm_4096.yaml").read_bytes()
+    # the copied lab finds the copied workloads beside it, as it does in the checkout
+    ran = run_cli("run", "workloads/ffn_decode.yaml", cwd=tmp_path)
+    assert ran.returncode == 0 and "llama7b-ffn-decode on ascend910" in ran.stdout
+
+
+def test_a_missing_workload_named_as_an_example_says_how_to_get_it(tmp_path):
+    assert_user_error(
+        run_cli("run", "ffn_decode.yaml", cwd=tmp_path),
+        "ffn_decode.yaml: file not found; 'ffn_decode.yaml' is a shipped example",
+        "python -m simulator examples --copy .",
+    )
+    assert_user_error(run_cli("plan", "mine.yaml", cwd=tmp_path), "mine.yaml: file not found")
+    assert "shipped example" not in run_cli("plan", "mine.yaml", cwd=tmp_path).stderr
+
+
+def test_the_console_command_names_itself(monkeypatch, capsys):
+    from simulator import cli
+
+    monkeypatch.setattr(sys, "argv", ["/venv/bin/npu-memsim"])
+    with pytest.raises(SystemExit):
+        cli.main(["--help"])
+    assert capsys.readouterr().out.startswith("usage: npu-memsim ")

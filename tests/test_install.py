@@ -22,7 +22,9 @@ def test_setup_cfg_lists_every_package():
         ".".join(p.parent.relative_to(ROOT).parts)
         for p in (ROOT / "simulator").rglob("__init__.py")
     }
-    assert listed_packages() == found | {"simulator.hw_models", "simulator.model_configs"}
+    data = {"simulator.hw_models", "simulator.model_configs"}
+    data |= {"simulator.examples.workloads", "simulator.examples.notebooks"}
+    assert listed_packages() == found | data
 
 
 def test_version_flag():
@@ -60,6 +62,10 @@ def test_built_wheel_runs_the_main_job_from_another_directory(tmp_path):
         assert f"simulator/hw_models/{preset.relative_to(ROOT / 'hw_models')}" in names
     for config in (ROOT / "workloads" / "models").glob("*.json"):
         assert f"simulator/model_configs/{config.name}" in names
+    for folder, pattern in (("workloads", "*.yaml"), ("notebooks", "*.ipynb")):
+        for example in (ROOT / folder).glob(pattern):
+            assert f"simulator/examples/{folder}/{example.name}" in names
+    assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith("/LICENSE") for n in names)
     # install the wheel alone into a folder of its own and run it from an unrelated folder
     target = tmp_path / "site"
     install = subprocess.run(
@@ -90,8 +96,17 @@ def test_built_wheel_runs_the_main_job_from_another_directory(tmp_path):
         env=env,
     )
     assert Path(where.stdout.strip()).is_relative_to(target)
-    result = subprocess.run(
-        [sys.executable, "-m", "simulator", "run", str(ROOT / "workloads" / "ffn_decode.yaml")],
+    copied = subprocess.run(  # the shipped examples, copied out as a user starts
+        [sys.executable, "-m", "simulator", "examples", "--copy", "."],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+    )
+    assert copied.returncode == 0, copied.stderr
+    assert (elsewhere / "notebooks" / "01_decode_is_bandwidth_bound.ipynb").is_file()
+    result = subprocess.run(  # through the console command pip installed
+        [str(target / "bin" / "npu-memsim"), "run", "workloads/ffn_decode.yaml"],
         capture_output=True,
         text=True,
         cwd=elsewhere,
