@@ -136,13 +136,14 @@ def _run(args) -> int:
     if args.json and args.json != "-":
         outputs["json"] = Output("--json", Path(args.json), "json", args.force)
     if args.trace:
-        outputs["trace"] = Output("--trace", Path(args.trace), "json", args.force)
+        outputs["trace"] = Output("--trace", Path(args.trace), "trace", args.force)
     check_outputs(list(outputs.values()), (args.workload,))
     if args.plot:  # matplotlib only when plots are asked for: it is slow to import
         from .viz.plots import PLOT_FILES, write_plots
 
         check_plot_folder("--plot", Path(args.plot), PLOT_FILES, args.force, list(outputs.values()))
     workload = load_workload(args.workload, args.overrides)
+    only = _trace_limits(args, workload)
     report = simulate(workload, args.max_cycles)
     if args.json == "-":
         print(report.to_json())
@@ -153,7 +154,7 @@ def _run(args) -> int:
         write_json(outputs["json"], "report", report.to_dict())
         notes.append(f"report written to {args.json}")
     if "trace" in outputs:
-        write_atomically(outputs["trace"], report.write_chrome_trace)
+        write_atomically(outputs["trace"], lambda path: report.write_chrome_trace(path, only))
         notes.append(f"Chrome trace written to {args.trace} (open it in https://ui.perfetto.dev)")
     if args.plot:
         paths = write_plots(
@@ -168,6 +169,35 @@ def _run(args) -> int:
             file=sys.stderr if args.json == "-" else sys.stdout,
         )
     return 0
+
+
+def _trace_limits(args, workload):
+    """The cores and kernels --trace-cores and --trace-kernels keep, checked against the
+    workload's chip and its kernels before the run."""
+    from .pipeline import plan
+    from .viz.chrome_trace import TraceLimits
+
+    if args.trace_cores is None and args.trace_kernels is None:
+        return None
+    if not args.trace:
+        raise SimulatorError("--trace-cores and --trace-kernels limit a trace: add --trace FILE")
+    cores = args.trace_cores
+    if cores is not None and max(cores) >= workload.hardware.cores:
+        raise SimulatorError(
+            f"--trace-cores: {workload.hardware.name} has {workload.hardware.cores} cores, "
+            f"numbered 0-{workload.hardware.cores - 1}; {max(cores)} is not one"
+        )
+    patterns = None
+    if args.trace_kernels is not None:
+        patterns = tuple(p.strip() for p in args.trace_kernels.split(",") if p.strip())
+        limits = TraceLimits(kernels=patterns)
+        names = [kernel.name for kernel in plan(workload).kernels]
+        if not patterns or not any(limits.keeps_kernel(name) for name in names):
+            raise SimulatorError(
+                f"--trace-kernels {args.trace_kernels!r} names none of the workload's kernels: "
+                + ", ".join(names)
+            )
+    return TraceLimits(cores, patterns)
 
 
 def _plan(args) -> int:

@@ -55,7 +55,19 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         type=_file,
         metavar="FILE",
         help="write a Chrome trace (open it in Perfetto "
-        "or chrome://tracing): one track per pipe per core",
+        "or chrome://tracing): one track per pipe per core; FILE.json.gz gzips it",
+    )
+    run.add_argument(
+        "--trace-cores",
+        type=_core_list,
+        metavar="LIST",
+        help="keep only these cores in the trace, e.g. 0-3,8 (numbered from 0)",
+    )
+    run.add_argument(
+        "--trace-kernels",
+        metavar="NAMES",
+        help="keep only these kernels in the trace: names or shell patterns, comma-"
+        "separated, e.g. 'l0_*,lm_head'",
     )
     run.add_argument(
         "--plot",
@@ -383,6 +395,25 @@ def _file(text: str) -> str:
     if not text.strip():
         raise argparse.ArgumentTypeError("an empty name; give a file name")
     return text
+
+
+def _core_list(text: str) -> frozenset[int]:
+    """Core numbers and ranges: 0-3,8."""
+    cores: set[int] = set()
+    for part in text.split(","):
+        first, _, last = part.strip().partition("-")
+        try:
+            low, high = int(first), int(last or first)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()[:40]!r} is not a core number or a range like 0-3"
+            ) from None
+        if not 0 <= low <= high:
+            raise argparse.ArgumentTypeError(
+                f"{part.strip()!r}: cores are numbered from 0, a range low-high"
+            )
+        cores.update(range(low, high + 1))
+    return frozenset(cores)
 
 
 def _cycle_budget(text: str) -> int:

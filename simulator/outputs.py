@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import csv
 import errno
+import gzip
 import json
 import os
 import re
@@ -34,7 +35,14 @@ from .errors import SimulatorError, printable
 from .sweep import FIGURES, columns
 from .version import FORMAT_PREFIX, NAME, format_mark
 
-SUFFIXES = {"json": (".json",), "png": (".png",), "csv": (".csv",), "yaml": (".yaml", ".yml")}
+SUFFIXES = {
+    "json": (".json",),
+    "trace": (".json", ".json.gz"),  # a Chrome trace, gzipped if asked (Perfetto opens both)
+    "png": (".png",),
+    "csv": (".csv",),
+    "yaml": (".yaml", ".yml"),
+}
+GZIP_MAGIC = b"\x1f\x8b"
 SNIFF_BYTES = 1 << 16  # how much of an existing file is read to recognise it
 CSV_TAIL = ["error", *FIGURES]  # a sweep CSV's header: its grid fields, then exactly these
 
@@ -45,7 +53,7 @@ class Output:
 
     option: str
     path: Path
-    kind: str  # json | png | csv | yaml (a kind whose files are never ours)
+    kind: str  # json | trace | png | csv | yaml (a kind whose files are never ours)
     force: bool = False  # --force: a file there that is not ours may be replaced
 
     def fail(self, problem: str) -> SimulatorError:
@@ -69,7 +77,7 @@ def check_outputs(outputs: list[Output], inputs: tuple[str | Path, ...] = ()) ->
 
 def check_output(out: Output) -> None:
     suffixes = SUFFIXES[out.kind]
-    if out.path.suffix.lower() not in suffixes:
+    if not out.path.name.lower().endswith(suffixes):
         raise out.fail(f"the file name must end in {' or '.join(suffixes)}")
     info = _status(out, out.path)
     if info is not None and stat.S_ISDIR(info.st_mode):
@@ -156,7 +164,13 @@ def is_ours(path: Path, kind: str) -> bool:
         header = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip().split(",")
         fields = header[: -len(CSV_TAIL)]
         return header[-len(CSV_TAIL) :] == CSV_TAIL and all(fields) and len(fields) >= 1
-    if kind == "json":
+    if kind == "trace" and head[:2] == GZIP_MAGIC:
+        try:
+            with gzip.open(path, "rb") as handle:
+                head = handle.read(SNIFF_BYTES)
+        except (OSError, EOFError):
+            return False
+    if kind in ("json", "trace"):
         return _JSON_MARK.match(head) is not None
     return False
 

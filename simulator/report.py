@@ -36,10 +36,12 @@ class SimulationReport(Report):
 
         return plot_roofline(self, path)
 
-    def write_chrome_trace(self, path) -> None:
+    def write_chrome_trace(self, path, only=None) -> None:
+        """The Chrome trace (gzipped if `path` ends in .gz); `only`: a viz.chrome_trace
+        TraceLimits, to keep some cores or kernels."""
         from .viz.chrome_trace import write_chrome_trace
 
-        write_chrome_trace(self, path)
+        write_chrome_trace(self, path, only)
 
     def summary(self) -> str:
         from .viz.table import render_report

@@ -347,3 +347,33 @@ def test_the_console_command_names_itself(monkeypatch, capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     assert capsys.readouterr().out.startswith("usage: npu-memsim ")
+
+
+def test_a_trace_can_be_gzipped_and_limited_to_cores_and_kernels(tmp_path):
+    import gzip
+
+    workload = str(ROOT / "workloads" / "ffn_decode.yaml")
+    plain = run_cli("run", workload, "--trace", "t.json", cwd=tmp_path)
+    assert plain.returncode == 0, plain.stderr
+    limited = ["--trace-cores", "0-1,5", "--trace-kernels", "gate,d*"]
+    zipped = run_cli("run", workload, "--trace", "t.json.gz", *limited, cwd=tmp_path)
+    assert zipped.returncode == 0, zipped.stderr
+    raw = (tmp_path / "t.json.gz").read_bytes()
+    trace = json.loads(gzip.decompress(raw))
+    assert trace["otherData"]["format"] == "npu-memsim/trace"
+    slices = [e for e in trace["traceEvents"] if e["ph"] == "X"]
+    assert {e["pid"] - 1 for e in slices} == {0, 1, 5}
+    assert {e["args"]["kernel"] for e in slices} == {"gate", "down"}
+    whole = json.loads((tmp_path / "t.json").read_text())
+    assert len(raw) * 20 < len(json.dumps(whole))  # a small part of it, compressed
+    again = run_cli("run", workload, "--trace", "t.json.gz", *limited, cwd=tmp_path)
+    assert again.returncode == 0 and (tmp_path / "t.json.gz").read_bytes() == raw  # ours
+    for args, fragment in (
+        (["--trace-cores", "0"], "add --trace FILE"),
+        (["--trace", "u.json", "--trace-cores", "32"], "ascend910 has 32 cores"),
+        (["--trace", "u.json", "--trace-cores", "3-1"], "a range low-high"),
+        (["--trace", "u.json", "--trace-kernels", "nope"], "gate, up, act, glu, down"),
+        (["--trace", "u.json.zip"], "must end in .json or .json.gz"),
+    ):
+        assert_user_error(run_cli("run", workload, *args, cwd=tmp_path), fragment)
+    assert not (tmp_path / "u.json").exists()

@@ -2,6 +2,7 @@
 of output options in a folder full of user files and of files the simulator wrote before."""
 
 import errno
+import gzip
 import io
 import os
 import shutil
@@ -170,6 +171,13 @@ def test_our_marks_are_read_from_the_start_of_a_file_however_large(tmp_path):
     report = tmp_path / "r.json"
     report.write_text('{\n  "format": "npu-memsim/report",\n  "workload": "x"\n}\n')
     assert is_ours(report, "json")
+    zipped = tmp_path / "t.json.gz"
+    zipped.write_bytes(gzip.compress(trace.read_bytes()))
+    assert is_ours(zipped, "trace") and not is_ours(zipped, "json")
+    zipped.write_bytes(gzip.compress(b'{"traceEvents": []}'))
+    assert not is_ours(zipped, "trace")
+    zipped.write_bytes(b"\x1f\x8b not gzip at all")
+    assert not is_ours(zipped, "trace")
     for text in (
         '{"format": "mine"}',
         '{"workload": 1, "format": "npu-memsim/report"}',

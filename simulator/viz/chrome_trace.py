@@ -9,8 +9,11 @@ chip's HBM bandwidth in use. Timestamps are microseconds of simulated time.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections import defaultdict
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
 from pathlib import Path
 
 from ..schedule.program import PIPES
@@ -20,14 +23,24 @@ from ..version import format_mark
 HBM_BIN_CYCLES = 1000  # HBM bandwidth counter resolution
 
 
-def chrome_trace_events(report) -> list[dict]:
+def chrome_trace_events(report, only: TraceLimits | None = None) -> list[dict]:
+    """The trace's events; with `only`, those of its cores and kernels (the chip's HBM
+    counter then sums the kept kernels' transfers on every core)."""
     if report.trace is None:
         raise ValueError("this report carries no trace (it was loaded from JSON)")
     us = us_per_cycle(report.clock_ghz)
     events: list[dict] = [
         {"ph": "M", "pid": 0, "name": "process_name", "args": {"name": f"{report.hardware} chip"}}
     ]
-    cores = sorted({r.core for r in report.trace.records})
+    kernel_names = [k.name for k in report.kernels]
+    records = report.trace.records
+    if only is not None and only.kernels is not None:
+        kept = {i for i, name in enumerate(kernel_names) if only.keeps_kernel(name)}
+        records = [r for r in records if r.kernel in kept]
+    hbm_records = records
+    if only is not None and only.cores is not None:
+        records = [r for r in records if r.core in only.cores]
+    cores = sorted({r.core for r in records})
     for core in cores:
         events.append(
             {"ph": "M", "pid": core + 1, "name": "process_name", "args": {"name": f"core {core}"}}
@@ -50,12 +63,11 @@ def chrome_trace_events(report) -> list[dict]:
                     "args": {"name": pipe},
                 }
             )
-    kernel_names = [k.name for k in report.kernels]
     tid_of = {pipe: tid for tid, pipe in enumerate(PIPES)}
     occupancy: dict[tuple[int, str], list[tuple[int, int]]] = defaultdict(list)
     hbm_bins: dict[int, float] = defaultdict(float)
     lanes: dict[tuple[int, str], list[int]] = defaultdict(list)  # each lane's last end
-    for r in report.trace.records:
+    for r in records:
         args = {"kernel": kernel_names[r.kernel], "bytes": r.nbytes}
         if r.wait_data_cycles or r.wait_slot_cycles or r.wait_bandwidth_cycles:
             args.update(
@@ -82,6 +94,7 @@ def chrome_trace_events(report) -> list[dict]:
             occupancy[(r.core, r.acquire[0])].append((r.start_cycle, r.acquire[1]))
         for buffer, nbytes in r.release:
             occupancy[(r.core, buffer)].append((r.end_cycle, -nbytes))
+    for r in hbm_records:
         if r.hbm_bytes:
             _spread(hbm_bins, r.start_cycle, r.end_cycle, r.hbm_bytes)
     for (core, buffer), changes in sorted(occupancy.items()):
@@ -143,7 +156,21 @@ def _spread(bins: dict[int, float], start: int, end: int, nbytes: int) -> None:
         bins[index] += nbytes * max(hi - lo, 0 if end > start else 1) / duration
 
 
-def write_chrome_trace(report, path: str | Path) -> None:
+@dataclass(frozen=True)
+class TraceLimits:
+    """What a trace keeps: these cores (None: all) and the kernels whose names match one of
+    these shell patterns (None: all)."""
+
+    cores: frozenset[int] | None = None
+    kernels: tuple[str, ...] | None = None
+
+    def keeps_kernel(self, name: str) -> bool:
+        return self.kernels is None or any(fnmatchcase(name, p) for p in self.kernels)
+
+
+def write_chrome_trace(report, path: str | Path, only: TraceLimits | None = None) -> None:
+    """Write the trace as JSON, gzipped when `path` ends in .gz (with no name or time in
+    its header, so the same run writes the same bytes)."""
     trace = {
         "otherData": {
             "format": format_mark("trace"),
@@ -151,9 +178,12 @@ def write_chrome_trace(report, path: str | Path) -> None:
             "hardware": report.hardware,
             "time_unit": "microseconds of simulated time",
         },
-        "traceEvents": chrome_trace_events(report),
+        "traceEvents": chrome_trace_events(report, only),
         "displayTimeUnit": "ns",
     }
-    Path(path).write_text(
-        json.dumps(trace, separators=(",", ":"), allow_nan=False), encoding="utf-8"
-    )
+    text = json.dumps(trace, separators=(",", ":"), allow_nan=False).encode("utf-8")
+    if str(path).endswith(".gz"):
+        with open(path, "wb") as raw, gzip.GzipFile("", "wb", fileobj=raw, mtime=0) as zipped:
+            zipped.write(text)
+    else:
+        Path(path).write_bytes(text)
