@@ -400,6 +400,7 @@ def test_class10_overrides_are_recorded_and_said_once(tmp_path):
         "num_key_value_heads=8",
         "hardware.HBM.bandwidth=2TB/s",
     ]
+    assert "  --set num_key_value_heads=8, hardware.HBM.bandwidth=2TB/s\r\n" in output  # header
     for args, problem in (
         (["--set", "num_key_value_heads=8", "--set", "num_key_value_heads=4"], "already set"),
         (["--set", "tie_word_embeddings=yes"], "expected true or false"),

@@ -75,6 +75,18 @@ def test_a_config_with_mistakes_names_each_field(tmp_path):
         load_model("llama2-7b", [("num_heads", 8)])
 
 
+def test_a_hugging_face_model_folder_is_read_and_named_after_itself(tmp_path):
+    folder = tmp_path / "Toy-7b-hf"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TOY))
+    assert load_model(str(folder)).name == "Toy-7b-hf"
+    assert load_model(str(folder / "config.json")).name == "Toy-7b-hf"
+    (tmp_path / "toy.json").write_text(json.dumps(TOY))
+    assert load_model(str(tmp_path / "toy.json")).name == "toy"
+    with pytest.raises(ConfigError, match="a model folder holds config.json"):
+        load_model(str(tmp_path))  # a folder without one
+
+
 def test_an_override_changes_the_model_and_is_blamed_for_its_mistakes():
     assert load_model("llama2-7b", [("num_key_value_heads", 8)]).kv_heads == 8
     with pytest.raises(ConfigError, match="--set num_key_value_heads=5: 5 does not divide"):

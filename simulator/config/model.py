@@ -39,6 +39,7 @@ def _model_dir() -> Path:
 
 
 MODEL_DIR = _model_dir()
+HF_CONFIG = "config.json"  # a Hugging Face model folder's config
 MAX_CONFIG_BYTES = 256 * 1024  # a config.json is a few KiB
 # hidden_act → the MLP it implies: SiLU models gate (SwiGLU: gate, up, down); GELU ones
 # here are the ungated two-matmul MLP (up, GELU, down).
@@ -159,9 +160,10 @@ FIELDS = (
 def load_model(
     name_or_path: str | os.PathLike, overrides: Sequence[str] | Sequence[tuple[str, Any]] = ()
 ) -> ModelConfig:
-    """A shipped config by name ('llama2-7b') or a config.json by path; `overrides` are
-    'key=value' texts or (key, value) pairs that replace the file's (num_key_value_heads=8
-    makes it GQA)."""
+    """A shipped config by name ('llama2-7b'), a config.json by path, or a Hugging Face model
+    folder that holds one; `overrides` are 'key=value' texts or (key, value) pairs that
+    replace the file's (num_key_value_heads=8 makes it GQA). A file named config.json takes
+    its folder's name (Llama-2-7b-hf/config.json is Llama-2-7b-hf), any other its own."""
     if not isinstance(name_or_path, (str, os.PathLike)):
         raise TypeError(
             "load_model() takes a shipped model's name or a config.json's path, got "
@@ -170,6 +172,8 @@ def load_model(
     overrides = parse_overrides(overrides, OVERRIDE_MARK.strip())
     name_or_path = str(name_or_path)
     path = Path(name_or_path)
+    if path.is_dir() and (path / HF_CONFIG).is_file():  # a Hugging Face model's folder
+        path = path / HF_CONFIG
     if path.suffix != ".json":
         shipped = shipped_name(name_or_path, model_names())
         if shipped is None:
@@ -177,7 +181,7 @@ def load_model(
                 name_or_path,
                 [
                     f"no model named {quote(name_or_path)} (models: {', '.join(model_names())}; "
-                    "a config file's path ends in .json)"
+                    f"a config file's path ends in .json; a model folder holds {HF_CONFIG})"
                 ],
             )
         path = MODEL_DIR / f"{shipped}.json"
@@ -196,7 +200,8 @@ def load_model(
         )
     raw.update(overrides)
     labels = {key: override_label(key, value) for key, value in overrides}
-    return replace(parse_model(raw, path.stem, source, labels), overrides=tuple(labels.values()))
+    name = path.resolve().parent.name if path.name == HF_CONFIG else path.stem
+    return replace(parse_model(raw, name, source, labels), overrides=tuple(labels.values()))
 
 
 MAX_NUMBER_CHARS = 40  # digits of a number in a config (sizes are at most 2^24)

@@ -15,6 +15,15 @@ def _grouped(parts: dict[str, float]) -> dict[str, float]:
     return {**grouped, **{p: j for p, j in parts.items() if p != "HBM" and p not in on_chip}}
 
 
+def _set_line(overrides: list[str]) -> list[str]:
+    """The --set overrides a run was given, wrapped under the header (none: no line)."""
+    if not overrides:
+        return []
+    return textwrap.wrap(
+        "--set " + ", ".join(overrides), 88, initial_indent="  ", subsequent_indent="    "
+    )
+
+
 def render_inference(d: dict[str, Any]) -> str:
     tpot = d["tpot_us"]
     footprint = d["memory_footprint"]
@@ -24,6 +33,7 @@ def render_inference(d: dict[str, Any]) -> str:
         f"generate {d['generate']:,}, fusion {d['fusion']}, {d['weights']} weights"
         + (f", {d['kv_cache']} KV cache" if d.get("kv_cache", "fp16") != "fp16" else "")
         + (f", runtime {d['runtime']}" if d.get("runtime") else ""),
+        *_set_line(d.get("provenance", {}).get("overrides", [])),
         "",
         f"  time to first token  {d['ttft_us'] / 1e3:10,.2f} ms",
     ]
