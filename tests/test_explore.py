@@ -250,6 +250,28 @@ def test_run_plot_writes_four_pictures(tmp_path):
         assert (tmp_path / "p" / f"{name}.png").read_bytes()[:8] == PNG
 
 
+def test_roofline_labels_never_overlap_and_name_every_kernel():
+    """LLaMA-7B's decode layer puts seven kernels at one place on the roofline and its
+    ceilings close together: each label is drawn once, clear of every other, and names the
+    kernels it stands for (or how many more)."""
+    from simulator.viz.plots import plot_roofline
+
+    report = sim.simulate(sim.load_workload(ROOT / "workloads/llama7b_decode_layer.yaml"))
+    figure = plot_roofline(report)
+    figure.canvas.draw()
+    renderer = figure.canvas.get_renderer()
+    (ax,) = figure.axes
+    labels = [t for t in ax.texts if not t.get_text().startswith("ridge")]
+    boxes = [t.get_window_extent(renderer) for t in labels]
+    for i, box in enumerate(boxes):
+        for other in boxes[i + 1 :]:
+            assert not box.overlaps(other), [t.get_text() for t in labels]
+    text = " ".join(t.get_text() for t in labels)
+    named = sum(k.name in text for k in report.kernels)
+    more = sum(int(word[1:]) for word in text.split() if word.startswith("+"))
+    assert named + more == len(report.kernels)
+
+
 def test_report_api_for_notebooks(tmp_path):
     r = sim.simulate(sim.load_workload(ROOT / "workloads/kv_cache_update.yaml"))
     assert "kv-cache-update" in r._repr_html_()

@@ -4,6 +4,7 @@ saves it as PNG when given a path."""
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Callable
 
@@ -82,11 +83,9 @@ def plot_roofline(reports, path=None, labels=None):
         fontsize=8,
         color="grey",
     )
-    for x, y, name in kernel_points:
+    for x, y, _ in kernel_points:
         ax.scatter(x, y, s=25, color="#4C72B0", alpha=0.7, zorder=3)
-        if len(kernel_points) <= 12:
-            ax.annotate(name, (x, y), textcoords="offset points", xytext=(4, 3), fontsize=7)
-    _ceiling_ladder(ax, first, points[0][0])
+    ladder = _ceiling_ladder(ax, first, points[0][0])
     star_colors = ("#C44E52", "#DD8452", "#8172B2", "#55A868", "#937860", "#DA8BC3")
     for index, ((x, y), label) in enumerate(zip(points, labels)):
         ax.scatter(
@@ -105,14 +104,65 @@ def plot_roofline(reports, path=None, labels=None):
     ax.set_title(f"Roofline of {first['hardware']}: {peak:.0f} TFLOPS, {bw:.2f} TB/s HBM")
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(True, which="both", alpha=0.2)
+    fig.tight_layout()  # the labels below are placed in pixels: fix the axes first
+    ax.autoscale_view()
+    _place_labels(ax, [(x, y, name, "black", 1) for x, y, name in kernel_points])
+    _place_labels(ax, ladder)
     return _finish(fig, path)
 
 
-def _ceiling_ladder(ax, report: dict, x: float) -> None:
+LABEL_GAP_PIXELS = 11  # between the baselines of two labels stacked apart
+MAX_NAMES = 3  # a label of points that coincide names this many, then "+N"
+
+
+def _place_labels(ax, items) -> None:
+    """Label points without overlaps: `items` are (x, y, text, colour, side: 1 right of the
+    point, -1 left of it). Points that coincide on screen share one label; labels of one
+    side are pushed apart vertically, each with a thin line to its point when moved."""
+    to_pixels = ax.transData.transform
+    groups: list[list] = []  # points within a few pixels of each other
+    for item in sorted(items, key=lambda i: tuple(to_pixels((i[0], i[1])))):
+        px, py = to_pixels((item[0], item[1]))
+        for group in groups:
+            gx, gy = to_pixels((group[0][0], group[0][1]))
+            if group[0][4] == item[4] and abs(gx - px) < 6 and abs(gy - py) < 6:
+                group.append(item)
+                break
+        else:
+            groups.append([item])
+    for side in (1, -1):
+        placed = sorted(
+            (g for g in groups if g[0][4] == side), key=lambda g: to_pixels((g[0][0], g[0][1]))[1]
+        )
+        level = -float("inf")
+        for group in placed:
+            x, y, _, color, _ = group[0]
+            names = [item[2] for item in group]
+            text = ", ".join(names[:MAX_NAMES]) + (
+                f" +{len(names) - MAX_NAMES}" if len(names) > MAX_NAMES else ""
+            )
+            py = to_pixels((x, y))[1]
+            level = max(py, level + LABEL_GAP_PIXELS)
+            ax.annotate(
+                text,
+                (x, y),
+                xytext=(6 * side, level - py),
+                textcoords="offset pixels",
+                fontsize=7,
+                color=color,
+                ha="left" if side > 0 else "right",
+                va="center",
+                arrowprops=(dict(arrowstyle="-", lw=0.5, color="grey") if level - py > 3 else None),
+            )
+
+
+def _ceiling_ladder(ax, report: dict, x: float) -> list:
     """The run's ceilings as the TFLOPS each would allow it alone (its FLOPs over the
-    ceiling's time): short bars over the run's star; the lowest is the binding one."""
+    ceiling's time): short bars over the run's star; the lowest is the binding one. Returns
+    their labels, to place left of the bars (see _place_labels)."""
     ceilings = report["roofline"].get("ceiling_cycles", {})
     us = us_per_cycle(report["clock_ghz"])
+    labels = []
     for name, cycles in ceilings.items():
         if not cycles or not report["flops"] or name == "launch":
             continue
@@ -126,15 +176,9 @@ def _ceiling_ladder(ax, report: dict, x: float) -> None:
             ls="-" if binding else ":",
             zorder=2,
         )
-        ax.annotate(
-            name + (" (binds)" if binding else ""),
-            (x * 2.5, cap),
-            fontsize=7,
-            color="#C44E52" if binding else "grey",
-            va="center",
-            textcoords="offset points",
-            xytext=(3, 0),
-        )
+        color = "#C44E52" if binding else "grey"
+        labels.append((x / 2.5, cap, name + (" (binds)" if binding else ""), color, -1))
+    return labels
 
 
 def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
@@ -178,7 +222,7 @@ def plot_timeline(report, path=None, cores=(0, 1), window_cycles=None):
         handles=[Patch(color=c, alpha=0.6, label=STALL_LABELS[k]) for k, c in STALL_COLORS.items()],
         fontsize=7,
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.28),
+        bbox_to_anchor=(0.5, -0.1),
         ncol=3,
     )
     return _finish(fig, path)
@@ -190,17 +234,27 @@ def plot_traffic(reports: dict, path=None):
     reports = {label: _data(r) for label, r in reports.items()}
     levels = list(next(iter(reports.values()))["traffic"])
     fig, ax = plt.subplots(figsize=(9, 4.5))
-    width = 0.8 / len(reports)
+    width = 0.8 / (2 * len(reports))  # reads and writes side by side: a log axis can't stack
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
     for i, (label, r) in enumerate(reports.items()):
-        xs = [j + i * width for j in range(len(levels))]
-        reads = [r["traffic"][lv]["read_bytes"] / 1e6 for lv in levels]
-        writes = [r["traffic"][lv]["write_bytes"] / 1e6 for lv in levels]
-        ax.bar(xs, reads, width, label=f"{label}: read")
-        ax.bar(xs, writes, width, bottom=reads, label=f"{label}: write", alpha=0.55)
-    ax.set_xticks([j + width * (len(reports) - 1) / 2 for j in range(len(levels))])
+        color = colors[i % len(colors)]
+        for k, kind in enumerate(("read", "write")):
+            xs = [j + (2 * i + k) * width for j in range(len(levels))]
+            megabytes = [r["traffic"][lv][f"{kind}_bytes"] / 1e6 for lv in levels]
+            ax.bar(
+                xs,
+                megabytes,
+                width,
+                color=color,
+                alpha=1.0 if kind == "read" else 0.5,
+                hatch="" if kind == "read" else "//",
+                edgecolor="white" if kind == "read" else color,
+                label=f"{label}: {kind}",
+            )
+    ax.set_xticks([j + width * (2 * len(reports) - 1) / 2 for j in range(len(levels))])
     ax.set_xticklabels(levels)
-    ax.set_yscale("symlog", linthresh=1)
-    ax.set_ylabel("MB")
+    ax.set_yscale("log")
+    ax.set_ylabel("MB (log scale; none: no bar)")
     ax.set_title("Traffic per memory level")
     ax.legend(fontsize=7)
     return _finish(fig, path)
@@ -224,9 +278,10 @@ def plot_utilization(report, path=None):
         right.barh(pipes, shares, left=offset, color=color, label=STALL_LABELS[cause])
         offset = [o + s for o, s in zip(offset, shares)]
     right.invert_yaxis()
+    right.set_xlim(0, 100)
     right.set_xlabel("stalled (% of core-cycles)")
     right.set_title("Stalls by cause")
-    right.legend(fontsize=7)
+    right.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.22), ncol=3)
     fig.suptitle(d["workload"])
     return _finish(fig, path)
 
@@ -298,11 +353,19 @@ def plot_sweep(rows: list[dict], fields: list[str], metric: str = "time_us", pat
                     "×" if value != value else f"{value:.3g}",
                     ha="center",
                     va="center",
-                    fontsize=7,
-                    color="#C44E52" if value != value else "white",
+                    fontsize=8,
+                    color="#C44E52" if value != value else _ink_on(image, value),
                 )
-        ax.set_title(f"{metric} over {fx} × {fy} (× = illegal)")
+        ax.set_title(
+            "\n".join(textwrap.wrap(f"{metric} over {fx} × {fy} (× = illegal)", 60)), fontsize=10
+        )
     return _finish(fig, path)
+
+
+def _ink_on(image, value: float) -> str:
+    """Black or white, whichever reads on the colour `image` gives `value`."""
+    red, green, blue, _ = image.cmap(image.norm(value))
+    return "black" if 0.299 * red + 0.587 * green + 0.114 * blue > 0.5 else "white"
 
 
 def _sweep_roofline(ax, rows: list[dict], field: str) -> None:
@@ -329,7 +392,8 @@ def _sweep_roofline(ax, rows: list[dict], field: str) -> None:
         f"ridge = peak / HBM = {ridge:.0f} FLOP/B",
         (ridge, peak),
         textcoords="offset points",
-        xytext=(-150, 8),
+        xytext=(-4, 6),
+        ha="right",
         fontsize=8,
         color="grey",
     )
@@ -349,6 +413,7 @@ def _sweep_roofline(ax, rows: list[dict], field: str) -> None:
         )
     ax.set_xscale("log")
     ax.set_yscale("log")
+    ax.set_ylim(top=peak * 6)  # room for the ridge's note above the roof
     ax.set_xlabel("arithmetic intensity (FLOPs per HBM byte)")
     ax.set_ylabel("achieved TFLOPS")
     ax.set_title(f"each point on the roofline ({field} labelled)")
