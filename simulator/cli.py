@@ -106,26 +106,9 @@ def _check_workload_exists(path: str | None, prog: str) -> None:
 
 
 def _examples(args) -> int:
-    from .examples import copy_examples, examples
+    from .examples import copy_examples, listing
 
-    if args.copy:
-        written = copy_examples(Path(args.copy), args.force)
-        where = f"{args.copy.rstrip('/')}/workloads and {args.copy.rstrip('/')}/notebooks"
-        print(
-            f"copied {len(written)} file{'s' * (len(written) != 1)} into {where}"
-            if written
-            else f"{where} already hold every example"
-        )
-        return 0
-    shown = examples()
-    width = max(len(e.name) for e in shown)
-    uses = {"workloads": f"{args.prog} run FILE", "notebooks": "jupyter lab FILE"}
-    for folder in uses:
-        print(f"{folder} ({uses[folder]}):")
-        for example in (e for e in shown if e.folder == folder):
-            print(f"  {example.name:{width}}  {example.about}")
-        print()
-    print(f"copy them into a folder of your own: {args.prog} examples --copy DIR")
+    print(copy_examples(Path(args.copy), args.force) if args.copy else listing(args.prog))
     return 0
 
 
@@ -143,7 +126,15 @@ def _run(args) -> int:
 
         check_plot_folder("--plot", Path(args.plot), PLOT_FILES, args.force, list(outputs.values()))
     workload = load_workload(args.workload, args.overrides)
-    only = _trace_limits(args, workload)
+    only = None
+    if args.trace_cores is not None or args.trace_kernels is not None:
+        if not args.trace:
+            raise SimulatorError(
+                "--trace-cores and --trace-kernels limit a trace: add --trace FILE"
+            )
+        from .viz.chrome_trace import trace_limits
+
+        only = trace_limits(workload, args.trace_cores, args.trace_kernels)
     report = simulate(workload, args.max_cycles)
     if args.json == "-":
         print(report.to_json())
@@ -169,35 +160,6 @@ def _run(args) -> int:
             file=sys.stderr if args.json == "-" else sys.stdout,
         )
     return 0
-
-
-def _trace_limits(args, workload):
-    """The cores and kernels --trace-cores and --trace-kernels keep, checked against the
-    workload's chip and its kernels before the run."""
-    from .pipeline import plan
-    from .viz.chrome_trace import TraceLimits
-
-    if args.trace_cores is None and args.trace_kernels is None:
-        return None
-    if not args.trace:
-        raise SimulatorError("--trace-cores and --trace-kernels limit a trace: add --trace FILE")
-    cores = args.trace_cores
-    if cores is not None and max(cores) >= workload.hardware.cores:
-        raise SimulatorError(
-            f"--trace-cores: {workload.hardware.name} has {workload.hardware.cores} cores, "
-            f"numbered 0-{workload.hardware.cores - 1}; {max(cores)} is not one"
-        )
-    patterns = None
-    if args.trace_kernels is not None:
-        patterns = tuple(p.strip() for p in args.trace_kernels.split(",") if p.strip())
-        limits = TraceLimits(kernels=patterns)
-        names = [kernel.name for kernel in plan(workload).kernels]
-        if not patterns or not any(limits.keeps_kernel(name) for name in names):
-            raise SimulatorError(
-                f"--trace-kernels {args.trace_kernels!r} names none of the workload's kernels: "
-                + ", ".join(names)
-            )
-    return TraceLimits(cores, patterns)
 
 
 def _plan(args) -> int:

@@ -63,9 +63,23 @@ def _about(path: Path) -> str:
     return textwrap.shorten(sentence, ABOUT_CHARS, placeholder=" ...")
 
 
-def copy_examples(destination: Path, force: bool = False) -> list[Path]:
+def listing(prog: str) -> str:
+    """What `examples` prints: each folder's examples, one line each, and how to use them
+    (`prog`: how the user calls the simulator)."""
+    shown = examples()
+    width = max(len(e.name) for e in shown)
+    uses = {"workloads": f"{prog} run FILE", "notebooks": "jupyter lab FILE"}
+    lines = []
+    for name, use in uses.items():
+        lines.append(f"{name} ({use}):")
+        lines += [f"  {e.name:{width}}  {e.about}" for e in shown if e.folder == name]
+        lines.append("")
+    return "\n".join([*lines, f"copy them into a folder of your own: {prog} examples --copy DIR"])
+
+
+def copy_examples(destination: Path, force: bool = False) -> str:
     """Copy every example into destination/workloads and destination/notebooks (the labs
-    find the workloads beside them there); returns the files written. A file already there
+    find the workloads beside them there) and say what was written. A file already there
     that differs is not overwritten unless `force`: the refusal names them all first."""
     plan = [(e.path, destination / e.folder / e.name) for e in examples()]
     differing = [str(to) for source, to in plan if to.exists() and not _same(source, to)]
@@ -78,14 +92,17 @@ def copy_examples(destination: Path, force: bool = False) -> list[Path]:
             f"{'differs' if one else 'differ'} from the shipped "
             f"example{'' if one else 's'}; pass --force to overwrite"
         )
-    written = []
+    written = 0
     for source, to in plan:
         if to.exists() and _same(source, to):
             continue
         to.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(source, to)
-        written.append(to)
-    return written
+        written += 1
+    where = " and ".join(str(destination / name) for name in FOLDERS)
+    if not written:
+        return f"{where} already hold every example"
+    return f"copied {written} file{'s' * (written != 1)} into {where}"
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -97,6 +114,6 @@ def missing_file_hint(path: str, prog: str) -> str:
     how to get it (`prog`: how the user calls the simulator)."""
     name = Path(path).name
     stem = name if name.endswith((".yaml", ".yml")) else f"{name}.yaml"
-    if (folder("workloads") / stem).is_file():
+    if stem in {example.name for example in examples() if example.folder == "workloads"}:
         return f"; '{stem}' is a shipped example: `{prog} examples --copy .` puts it in ./workloads"
     return ""

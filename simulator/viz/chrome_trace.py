@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from ..errors import SimulatorError
+from ..schedule.fusion import plan_kernels
 from ..schedule.program import PIPES
 from ..units import us_per_cycle
 from ..version import format_mark
@@ -166,6 +168,27 @@ class TraceLimits:
 
     def keeps_kernel(self, name: str) -> bool:
         return self.kernels is None or any(fnmatchcase(name, p) for p in self.kernels)
+
+
+def trace_limits(workload, cores: frozenset[int] | None, kernels: str | None) -> TraceLimits:
+    """What --trace-cores and --trace-kernels keep (`kernels`: names or shell patterns,
+    comma-separated), checked against the workload's chip and kernels before the run."""
+    hardware = workload.hardware
+    if cores is not None and max(cores) >= hardware.cores:
+        raise SimulatorError(
+            f"--trace-cores: {hardware.name} has {hardware.cores} cores, numbered "
+            f"0-{hardware.cores - 1}; {max(cores)} is not one"
+        )
+    patterns = None
+    if kernels is not None:
+        patterns = tuple(p.strip() for p in kernels.split(",") if p.strip())
+        names = [kernel.name for kernel in plan_kernels(workload).kernels]
+        if not patterns or not any(TraceLimits(kernels=patterns).keeps_kernel(n) for n in names):
+            raise SimulatorError(
+                f"--trace-kernels {kernels!r} names none of the workload's kernels: "
+                + ", ".join(names)
+            )
+    return TraceLimits(cores, patterns)
 
 
 def write_chrome_trace(report, path: str | Path, only: TraceLimits | None = None) -> None:
