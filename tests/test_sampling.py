@@ -264,6 +264,38 @@ def test_a_core_runs_its_skipped_windows_faster_once_the_cores_it_shared_with_ar
     assert fluid_ends([0, 0], segments(), {0: (1.0, 0.0), 1: (0.0, 1.0)}) == [50, 500]
 
 
+def test_only_a_busy_memory_frees_bandwidth_when_its_sharers_end():
+    """The cores above on a memory of 2 bytes a cycle, which their demand (1 each) fills:
+    as before. On one of 8, a quarter busy: after core 0 ends, core 1's sharing part still
+    counts three quarters (500 + 375 cycles a skip; a tenth done by 100, then 787.5 more);
+    on one with room to spare for every transfer, nothing is freed."""
+    segments = {0: [(0, 100.0, 50.0)], 1: [(0, 1000.0, 500.0)]}
+    demand = {0: (1.0, 0.0), 1: (1.0, 0.0)}
+    assert fluid_ends([0, 0], segments, demand, (2.0, 1.0)) == [100, 550]
+    assert fluid_ends([0, 0], segments, demand, (8.0, 1.0)) == [100, 887.5]
+    assert fluid_ends([0, 0], segments, demand, (1e12, 1.0)) == pytest.approx([100, 1000])
+
+
+def test_a_window_measured_after_a_peer_ended_shares_as_its_skip_would():
+    """Core 1's window (cycles 200-1,000: 800, of which 400 alone) ran its second half
+    after core 0 had ended (at 600, simulated), where core 0 would have run on to 2,000
+    with its skipped windows: it met half the sharing its skipped windows will, so its
+    sharing part doubles (1,200). Core 0's window ran with core 1 throughout: as measured."""
+    from simulator.schedule.sampling import _at_full_sharing
+
+    window = {"CUBE": (4, 12)}
+    sampling = KernelSampling(48, 24, (Window(0, window, 3, 4), Window(1, window, 3, 4)))
+    loads = (Load(50, (100, 0)), Load(400, (800, 0)))  # 1 byte a cycle each, on HBM
+    spans = [(0, 100), (200, 1000)]
+    full = _at_full_sharing(sampling, [100, 800], spans, loads, [600, 1100], [2000, 3000], ())
+    assert full == [100, 1200]
+    # had core 0 been simulated to where it would have ended, nothing changes
+    assert _at_full_sharing(sampling, [100, 800], spans, loads, [2000, 3000], [2000, 3000], ()) == [
+        100,
+        800,
+    ]
+
+
 def test_a_core_runs_each_skip_where_it_lies():
     """Core 1 skips twice: at cycle 0, 400 cycles side by side (200 alone), and at cycle
     300 of its simulated time, 400 more, with 100 simulated after. Core 0 runs its one skip

@@ -335,9 +335,8 @@ class World:
     def _finish(
         self, index: int, kernel: KernelProgram, start: int, first_log: int, ends: list[int]
     ):
-        """Close kernel `index`, whose cores ended at `ends` and logged from `first_log` on: a
-        sampled kernel runs on for the units it skipped (sampling.extension_cycles). Returns
-        its buffers' peaks."""
+        """Close kernel `index`, whose cores ended at `ends` and logged from `first_log` on (a
+        sampled one runs on for what it skipped: sampling.extension_cycles); its peaks."""
         logs = self.pipe_logs[first_log:]
         peaks = kernel_peaks(index, kernel, logs, self.hw, int(self.env.now))
         self._fold_peaks(peaks)
@@ -347,8 +346,9 @@ class World:
             fetched = sum(found for _, found in self.l2.warmed.values())
             floor = math.ceil(fetched / self.channels["HBM"].bytes_per_cycle)
             loads = window_loads(self, kernel.sampling, logs)
+            bandwidths = [self.channels[name].bytes_per_cycle for name in ("HBM", "L2")]
             extension = extension_cycles(
-                kernel.sampling, ends, timed, floor, loads, self.skipped_at
+                kernel.sampling, ends, timed, floor, loads, self.skipped_at, bandwidths
             )
         self.shaped_rates.clear()  # keyed by this kernel's instructions: never seen again
         self.private_cycles.clear()

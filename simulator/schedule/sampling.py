@@ -22,9 +22,11 @@ What is not lowered is taken to repeat the window `skipped` times over:
   skipped windows at its pace (the mean of the n-th windows of all cores, plus the part of
   its own window's difference from the mean that chance, measured by the difference between
   a window's halves, does not explain), less what the cores that end before it stop
-  taking of the bandwidth they shared (`fluid_ends`), and the kernel ends when its slowest
-  core would, never sooner than the skipped units' HBM fetches (as their warming reads
-  found them) take at HBM's sustained rate;
+  taking of the bandwidth they shared (`fluid_ends`; a window measured after peers had
+  ended, their units skipped, first gets back the sharing they took from it:
+  `_at_full_sharing`), and the kernel ends when its slowest core would, never sooner than
+  the skipped units' HBM fetches (as their warming reads found them) take at HBM's
+  sustained rate;
 - work: the analysis counts every instruction of a window 1 + `skipped` times (its bytes,
   busy cycles and stalls), so bytes stay whole and conserved, except that what the skipped
   reads found in L2 or fetched from HBM splits as their warming reads did;
@@ -272,6 +274,7 @@ def extension_cycles(
     floor_cycles: int,
     loads: Sequence[Load] = (),
     skipped_at: Mapping[tuple[int, int], int] = {},
+    bandwidths: Sequence[float] = (),
 ) -> Extension:
     """The cycles a sampled kernel runs beyond its simulated end. Each window's duration is
     read on its core's TIMED_PIPE (`timed_ends[core]`: the end cycle of each instruction).
@@ -288,46 +291,73 @@ def extension_cycles(
     would, but never sooner than `floor_cycles` (its skipped units' HBM fetches at HBM's
     rate). The error: per n-th window, twice the standard deviation of a window by chance
     and of the mean, times the windows skipped; plus what the relief took off (the cores'
-    pace once others end is modelled, not simulated) and what the floor added."""
+    pace once others end is modelled, not simulated), what the sharing given back to windows
+    measured after peers ended added, and what the floor added. `bandwidths` (bytes per
+    cycle of HBM and L2's port) say how busy each memory is: see fluid_ends."""
+    timed = [_timed(window, timed_ends[window.core]) for window in sampling.windows]
+    durations = [last - before for before, last, _ in timed]
+    gaps = [gap for *_, gap in timed]
+    extend = (sampling, gaps, core_ends, loads, skipped_at, bandwidths)
+    ends, error = _extend(durations, *extend)
+    if loads:  # a window measured while peers had ended shared less than its skip would
+        spans = [(before, last) for before, last, _ in timed]
+        full = _at_full_sharing(sampling, durations, spans, loads, core_ends, ends, bandwidths)
+        if full != durations:  # modelled, not simulated: what it adds is stated as error
+            first = max(ends)
+            ends, error = _extend(full, *extend)
+            error += max(ends) - first
+    cycles = max(0, round(max(ends)) - max(core_ends))
+    raised = max(0, floor_cycles - cycles)
+    return Extension(cycles + raised, math.ceil(error) + raised)
+
+
+def _timed(window: Window, ends: Sequence[int]) -> tuple[int, int, int]:
+    """A window's first and last cycle on its core's TIMED_PIPE (`ends`: the end cycle of
+    each instruction), and the gap between its halves' durations."""
+    start, end = window.spans[TIMED_PIPE]
+    per_unit = (end - start) // window.width  # Cube calls per unit
+    middle = ends[start - 1 + window.width // 2 * per_unit]
+    before, last = ends[start - 1], ends[end - 1]
+    return before, last, abs((last - middle) - (middle - before))
+
+
+def _extend(
+    durations: Sequence[float],
+    sampling: KernelSampling,
+    gaps: Sequence[int],
+    core_ends: Sequence[int],
+    loads: Sequence[Load],
+    skipped_at: Mapping[tuple[int, int], int],
+    bandwidths: Sequence[float],
+) -> tuple[list[float], float]:
+    """When each core would end with its skipped windows (each window lasting `durations`,
+    its halves `gaps` apart), and the error of that: see extension_cycles."""
     # (unit, n) -> the n-th windows of that unit on every core: (window, duration, halves' gap)
-    paces: dict[tuple[str, int], list[tuple[int, Window, int, int]]] = {}
+    paces: dict[tuple[str, int], list[tuple[int, Window, float, int]]] = {}
     ordinal: dict[tuple[int, str], int] = {}
     for index, window in enumerate(sampling.windows):
-        start, end = window.spans[TIMED_PIPE]
-        ends = timed_ends[window.core]
-        per_unit = (end - start) // window.width  # Cube calls per unit
-        middle = ends[start - 1 + window.width // 2 * per_unit]
-        before, last = ends[start - 1], ends[end - 1]
-        gap = abs((last - middle) - (middle - before))
         n = ordinal[window.core, window.unit] = ordinal.get((window.core, window.unit), -1) + 1
-        paces.setdefault((window.unit, n), []).append((index, window, last - before, gap))
+        paces.setdefault((window.unit, n), []).append(
+            (index, window, durations[index], gaps[index])
+        )
     # per core, per skip: the skipped windows' cycles side by side, and with no other core
     skips: dict[int, dict[int, list[float]]] = {}
-    measured = dict.fromkeys(range(len(core_ends)), 0)  # cycles of a core's windows
-    moved = {core: [0, 0] for core in range(len(core_ends))}  # and the bytes they moved
     error = 0.0
     for samples in paces.values():
-        durations = [duration for _, _, duration, _ in samples]
-        mean = sum(durations) / len(durations)
-        spread = sum((d - mean) ** 2 for d in durations) / len(durations)
+        durations_n = [duration for _, _, duration, _ in samples]
+        mean = sum(durations_n) / len(durations_n)
+        spread = sum((d - mean) ** 2 for d in durations_n) / len(durations_n)
         noise = sum(g * g for _, _, _, g in samples) / len(samples)  # var(h2 - h1) = var(h1 + h2)
         kept = 0.0 if spread <= noise else 1 - noise / spread  # of a core's own difference
         skipped = max(window.skipped * window.repeats for _, window, _, _ in samples)
-        error += skipped * 2 * math.sqrt(noise + spread / len(durations))
+        error += skipped * 2 * math.sqrt(noise + spread / len(durations_n))
         for index, window, duration, _ in samples:
             pace = mean + kept * (duration - mean)
             times = window.skipped * window.repeats
-            load = loads[index] if loads else Load(duration, (0, 0))
+            alone = loads[index].alone_cycles if loads else duration
             segment = skips.setdefault(window.core, {}).setdefault(window.skip, [0.0, 0.0])
             segment[0] += times * pace
-            segment[1] += times * min(pace, load.alone_cycles)
-            measured[window.core] += duration
-            moved[window.core] = [a + b for a, b in zip(moved[window.core], load.shared_bytes)]
-    demand = {
-        core: tuple(nbytes / measured[core] for nbytes in moved[core])
-        for core in skips
-        if measured[core]
-    }
+            segment[1] += times * min(pace, alone)
     segments = {
         core: sorted(
             (skipped_at.get((core, skip), core_ends[core]), shared, alone)
@@ -335,31 +365,106 @@ def extension_cycles(
         )
         for core, by_skip in skips.items()
     }
-    fluid = fluid_ends(core_ends, segments, demand)
+    fluid = fluid_ends(core_ends, segments, _demand(sampling, durations, loads), bandwidths)
     side_by_side = max(
         end + sum(shared for _, shared, _ in segments.get(core, ()))
         for core, end in enumerate(core_ends)
     )
     relief = side_by_side - max(fluid)  # a model of what was not simulated: stated as error
-    cycles = max(0, round(max(fluid)) - max(core_ends))
-    raised = max(0, floor_cycles - cycles)
-    return Extension(cycles + raised, math.ceil(error + relief) + raised)
+    return fluid, error + relief
+
+
+def _demand(
+    sampling: KernelSampling, durations: Sequence[float], loads: Sequence[Load]
+) -> dict[int, tuple[float, ...]]:
+    """Per core with windows, the bytes per cycle its windows moved through each shared
+    memory (HBM, then L2's port)."""
+    measured: dict[int, float] = {}
+    moved: dict[int, list[int]] = {}
+    for index, window in enumerate(sampling.windows):
+        measured[window.core] = measured.get(window.core, 0) + durations[index]
+        shared = loads[index].shared_bytes if loads else (0, 0)
+        moved[window.core] = [a + b for a, b in zip(moved.get(window.core, [0, 0]), shared)]
+    return {
+        core: tuple(nbytes / cycles for nbytes in moved[core])
+        for core, cycles in measured.items()
+        if cycles
+    }
+
+
+def _at_full_sharing(
+    sampling: KernelSampling,
+    durations: Sequence[float],
+    spans: Sequence[tuple[int, int]],
+    loads: Sequence[Load],
+    core_ends: Sequence[int],
+    projected_ends: Sequence[float],
+    bandwidths: Sequence[float],
+) -> list[float]:
+    """Each window's duration had the other cores run as long as they would have with
+    their skipped windows (`projected_ends`), not only as long as they were simulated
+    (`core_ends`): a window measured (over `spans`, its first and last cycle) while peers
+    had already ended shared less than the units it stands for would; the part of its time
+    beyond its time alone grows with the share of the other cores' demand running."""
+    demand = _demand(sampling, durations, loads)
+    totals = [sum(d[level] for d in demand.values()) for level in range(2)]
+    busy = _busy(totals, bandwidths)
+    simulated = {core: core_ends[core] for core in demand}
+    projected = {core: projected_ends[core] for core in demand}
+    full = []
+    for duration, (begin, end), load, window in zip(durations, spans, loads, sampling.windows):
+        own = demand.get(window.core, (0.0, 0.0))
+        measured = _mean_sharing(own, begin, end, simulated, demand, totals, busy)
+        would = _mean_sharing(own, begin, end, projected, demand, totals, busy)
+        contended = duration - load.alone_cycles
+        full.append(
+            load.alone_cycles + contended * would / measured
+            if contended > 0 and measured > 0 and would > measured
+            else duration
+        )
+    return full
+
+
+def _mean_sharing(
+    own: Sequence[float],
+    begin: int,
+    end: int,
+    ends: Mapping[int, float],
+    demand: Mapping[int, Sequence[float]],
+    totals: Sequence[float],
+    busy: Sequence[float],
+) -> float:
+    """The mean over cycles [begin, end) of the share of the other cores' demand running
+    (see _others), the cores running until their `ends`."""
+    cuts = sorted({begin, end, *(e for e in ends.values() if begin < e < end)})
+    if len(cuts) < 2:
+        cuts = [begin, begin + 1]
+    shared = 0.0
+    for at, until in zip(cuts, cuts[1:]):
+        still = [sum(demand[c][level] for c, e in ends.items() if e > at) for level in range(2)]
+        shared += (until - at) * _others(own, still, totals, busy)
+    return shared / (cuts[-1] - cuts[0])
 
 
 def fluid_ends(
     core_ends: Sequence[int],
     segments: Mapping[int, Sequence[tuple[int, float, float]]],
     demand: Mapping[int, Sequence[float]],
+    bandwidths: Sequence[float] = (),
 ) -> list[float]:
     """When each core would end, had it run its skipped windows at the skips they stand for
     (`segments[core]`: per skip, in order, the cycle it was passed, and the windows' cycles
     while every core runs and with no other), the rest as simulated: a skip's windows take
     the part of their time spent sharing scaled by what is still running of the other
     cores' demand on the memories it uses (`demand`: per memory, bytes per cycle in their
-    windows), each memory weighed by its own share of its bytes. Cores sharing HBM or L2
-    run faster once those with less work (an edge block, a shorter share) are done."""
+    windows), each memory weighed by its own share of its bytes and by how near the cores'
+    demand comes to its bandwidth (`bandwidths`, bytes per cycle; none given: all the way):
+    a memory with room to spare runs each transfer at its engine's rate however many share
+    it. Cores sharing HBM or L2 run faster once those with less work (an edge block, a
+    shorter share) are done."""
     ends = [float(end) for end in core_ends]  # a core without skipped windows: as simulated
     totals = [sum(d[level] for d in demand.values()) for level in range(2)]
+    busy = _busy(totals, bandwidths)
     cores = [core for core in demand if segments.get(core)]
     delay = dict.fromkeys(cores, 0.0)  # cycles its skipped windows so far took
     step_of = dict.fromkeys(cores, 0)  # its next (or current) skip
@@ -378,7 +483,7 @@ def fluid_ends(
         rates = {}
         for core in left:  # of its skip's windows per cycle
             _, shared, alone = segments[core][step_of[core]]
-            cycles = alone + (shared - alone) * _others(demand[core], still, totals)
+            cycles = alone + (shared - alone) * _others(demand[core], still, totals, busy)
             rates[core] = 1 / max(cycles, 1.0)
         step = min(
             [
@@ -404,11 +509,21 @@ def fluid_ends(
     return ends
 
 
-def _others(own: Sequence[float], still: Sequence[float], totals: Sequence[float]) -> float:
-    """The share of the other cores' demand still running on the memories a core uses (each
-    weighed by the core's own share of its demand, `own`)."""
+def _busy(totals: Sequence[float], bandwidths: Sequence[float]) -> list[float]:
+    """How near the cores' demand comes to each memory's bandwidth (1: all of it)."""
+    if not bandwidths:
+        return [1.0] * len(totals)
+    return [min(1.0, total / bandwidth) for total, bandwidth in zip(totals, bandwidths)]
+
+
+def _others(
+    own: Sequence[float], still: Sequence[float], totals: Sequence[float], busy: Sequence[float]
+) -> float:
+    """How much of its sharing a core still meets: per memory it uses (weighed by the
+    core's own share of its demand, `own`), the share of the other cores' demand still
+    running where the memory is busy, all of it where it has room to spare."""
     weight = sum(own) or 1
     return sum(
-        mine / weight * ((left - mine) / (total - mine) if total > mine else 0)
-        for mine, left, total in zip(own, still, totals)
+        mine / weight * (1 - near * (1 - ((left - mine) / (total - mine) if total > mine else 0)))
+        for mine, left, total, near in zip(own, still, totals, busy)
     )
