@@ -305,7 +305,7 @@ def extension_cycles(
         if full != durations:  # modelled, not simulated: what it adds is stated as error
             first = max(ends)
             ends, error = _extend(full, *extend)
-            error += max(ends) - first
+            error += abs(max(ends) - first)
     cycles = max(0, round(max(ends)) - max(core_ends))
     raised = max(0, floor_cycles - cycles)
     return Extension(cycles + raised, math.ceil(error) + raised)
@@ -344,13 +344,13 @@ def _extend(
     skips: dict[int, dict[int, list[float]]] = {}
     error = 0.0
     for samples in paces.values():
-        durations_n = [duration for _, _, duration, _ in samples]
-        mean = sum(durations_n) / len(durations_n)
-        spread = sum((d - mean) ** 2 for d in durations_n) / len(durations_n)
+        window_cycles = [duration for _, _, duration, _ in samples]
+        mean = sum(window_cycles) / len(window_cycles)
+        spread = sum((d - mean) ** 2 for d in window_cycles) / len(window_cycles)
         noise = sum(g * g for _, _, _, g in samples) / len(samples)  # var(h2 - h1) = var(h1 + h2)
         kept = 0.0 if spread <= noise else 1 - noise / spread  # of a core's own difference
         skipped = max(window.skipped * window.repeats for _, window, _, _ in samples)
-        error += skipped * 2 * math.sqrt(noise + spread / len(durations_n))
+        error += skipped * 2 * math.sqrt(noise + spread / len(window_cycles))
         for index, window, duration, _ in samples:
             pace = mean + kept * (duration - mean)
             times = window.skipped * window.repeats
