@@ -1,7 +1,7 @@
 """The example workloads and labs that ship with the package, and copying them out.
 
-An installed package holds them as simulator/examples/workloads and
-simulator/examples/notebooks (setup.cfg maps the repository's top-level folders there); a
+An installed package holds them as simulator/example_workloads and
+simulator/example_notebooks (setup.cfg maps the repository's top-level folders there); a
 source checkout reads the top-level folders themselves, so both list the same files."""
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ def folder(name: str) -> Path:
     """Where the examples of folder `name` are: in the package once installed, else in the
     checkout."""
     package = Path(__file__).resolve().parent
-    shipped = package / "examples" / name
+    shipped = package / f"example_{name}"
     return shipped if shipped.is_dir() else package.parent / name
 
 
@@ -48,7 +48,8 @@ def examples() -> list[Example]:
 
 
 def _about(path: Path) -> str:
-    """A workload's first comment line, or a notebook's first heading."""
+    """A workload's first sentence (its opening comment), or a lab's first heading, cut to
+    ABOUT_CHARS."""
     if path.suffix == ".ipynb":
         cells = json.loads(path.read_text(encoding="utf-8"))["cells"]
         lines = ("".join(cell["source"]) for cell in cells if cell["cell_type"] == "markdown")

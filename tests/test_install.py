@@ -23,7 +23,7 @@ def test_setup_cfg_lists_every_package():
         for p in (ROOT / "simulator").rglob("__init__.py")
     }
     data = {"simulator.hw_models", "simulator.model_configs"}
-    data |= {"simulator.examples.workloads", "simulator.examples.notebooks"}
+    data |= {"simulator.example_workloads", "simulator.example_notebooks"}
     assert listed_packages() == found | data
 
 
@@ -64,7 +64,7 @@ def test_built_wheel_runs_the_main_job_from_another_directory(tmp_path):
         assert f"simulator/model_configs/{config.name}" in names
     for folder, pattern in (("workloads", "*.yaml"), ("notebooks", "*.ipynb")):
         for example in (ROOT / folder).glob(pattern):
-            assert f"simulator/examples/{folder}/{example.name}" in names
+            assert f"simulator/example_{folder}/{example.name}" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith("/LICENSE") for n in names)
     # install the wheel alone into a folder of its own and run it from an unrelated folder
     target = tmp_path / "site"
