@@ -86,9 +86,11 @@ def check_physics(tiny, case, epilogue):
     report = simulate(workload).to_dict()
     traffic = report["traffic"]
 
-    # never faster than the roofline
+    # never faster than the roofline, nor a kernel than what it moved and computed allows
     assert report["cycles"] >= report["roofline"]["bound_cycles"]
     assert 0 < report["roofline"]["efficiency"] <= 1
+    for kernel in report["kernels"]:
+        assert kernel["cycles"] >= kernel["floor_cycles"], kernel["name"]
 
     # every external input comes from HBM at least once; every result is written exactly once
     inputs = {t for op in workload.ops for t in op.inputs} - {op.output for op in workload.ops}

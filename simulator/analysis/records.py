@@ -171,7 +171,11 @@ class KernelRecord:
     cycles: int  # from the previous kernel's end, launch wait included
     launch_cycles: int
     flops: int
-    roofline_cycles: float
+    roofline_cycles: float  # its work alone with its inputs read from HBM (analysis/roofline)
+    # the least time its binding ceiling needs for what it actually moved and computed, its
+    # inputs counted where they came from (HBM, or the L2 an earlier kernel left them in):
+    # never above `cycles`
+    floor_cycles: float
     traffic: Mapping[str, LevelTraffic]
     tiling: Mapping[str, Any] | None  # a matmul kernel's resolved tiling
     bound: str

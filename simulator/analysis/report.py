@@ -243,6 +243,7 @@ def analyse(
                 span.run_cycle - span.start_cycle,
                 kernel.flops,
                 bound.per_kernel[span.index],
+                kernel_ceilings[kernel_binding],
                 _traffic_record(kernel_traffic[span.index]),
                 kernel.tiling,
                 kernel_bound,

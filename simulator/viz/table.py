@@ -122,14 +122,14 @@ def render_report(report) -> str:
     width = max(10, *(len(k["name"]) + 2 for k in d["kernels"]))
     lines += [
         "",
-        f"  {'kernel':<{width}}{'unit':<8}{'µs':>10}{'roofline µs':>13}"
+        f"  {'kernel':<{width}}{'unit':<8}{'µs':>10}{'floor µs':>13}"
         f"  {'bound by':<9}{'HBM read':>10}{'HBM write':>12}  tiling",
     ]
     for k in d["kernels"]:
         bound_by = k["binding"] if k["bound"] != "latency" else "latency"
         lines.append(
             f"  {k['name']:<{width}}{k['unit']:<8}{k['cycles'] * us:>10,.2f}"
-            f"{k['roofline_cycles'] * us:>13,.2f}  {bound_by:<9}"
+            f"{k['floor_cycles'] * us:>13,.2f}  {bound_by:<9}"
             f"{fmt_bytes(k['traffic']['HBM']['read_bytes']):>10}"
             f"{fmt_bytes(k['traffic']['HBM']['write_bytes']):>12}  "
             f"{describe_tiling(k['tiling'])}"
