@@ -411,8 +411,12 @@ def _at_full_sharing(
     busy = _busy(totals, bandwidths)
     simulated = {core: core_ends[core] for core in demand}
     projected = {core: projected_ends[core] for core in demand}
+    first_end = min(simulated.values(), default=float("inf"))
     full = []
     for duration, (begin, end), load, window in zip(durations, spans, loads, sampling.windows):
+        if end <= first_end:  # every core ran all through it, as it would have: as measured
+            full.append(duration)
+            continue
         own = demand.get(window.core, (0.0, 0.0))
         measured = _mean_sharing(own, begin, end, simulated, demand, totals, busy)
         would = _mean_sharing(own, begin, end, projected, demand, totals, busy)
