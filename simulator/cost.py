@@ -36,6 +36,7 @@ change to a mechanism is made here and reaches all of them.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 from .config.hardware import Cube, Hardware, Vector
 from .config.link import Link
@@ -150,6 +151,18 @@ def multicast_share(nbytes: float, cores: int) -> float:
 def l2_port_bytes(hit_bytes: int, multicast: int) -> int:
     """The bytes a core's multicast read moves over the L2 port: its share, rounded up."""
     return math.ceil(multicast_share(hit_bytes, multicast))
+
+
+def same_address_ramp_cycles(hw: Hardware, shared: Sequence[tuple[int, float]]) -> float:
+    """Cycles between the first and the last core's start on a chip whose L2 serialises
+    same-address reads (`shared`: per operand, how many cores stage each of its chunks at
+    once, and a chunk's bytes): cores that start together are served a chunk one after
+    another, so they begin one read apart, and stay apart (each reads a chunk the others
+    read a step earlier or later)."""
+    if not hw.l2_serialises_same_address:
+        return 0.0
+    rate = hw.route("L2", "L1")[1]
+    return max((readers - 1) * nbytes / rate for readers, nbytes in shared)
 
 
 def queued_transfers_cycles(

@@ -3,7 +3,8 @@
     python -m tests.refresh_readme
 
 Every fenced block right after a line `<!-- output of: COMMAND -->` is replaced by what
-COMMAND prints today (tests/test_cli.py checks that they match).
+COMMAND prints today (tests/test_cli.py checks that they match, but for the wall times a
+command prints, which no two runs share).
 """
 
 import re
@@ -13,6 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+WALL_TIME = re.compile(r"\bin \d[\d,.]* s\b")  # "tuned in 30.8 s"
 BLOCK = re.compile(r"(<!-- output of: (?P<command>.+?) -->\n```\n)(?P<shown>.*?)(\n?```)", re.S)
 
 
@@ -22,6 +24,11 @@ def output_of(command: str) -> str:
     return subprocess.run(
         [sys.executable, *args[1:]], cwd=ROOT, capture_output=True, text=True, check=True
     ).stdout.rstrip()
+
+
+def comparable(text: str) -> str:
+    """The output with its wall times blanked."""
+    return WALL_TIME.sub("in N s", text)
 
 
 def shown_blocks(readme: str) -> list[tuple[str, str]]:

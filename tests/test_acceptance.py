@@ -30,6 +30,7 @@ def test_decode_leaves_the_cube_idle(decode):
     assert decode["utilization"]["cube"] < 0.10  # busy, counting fractal padding of m=1
 
 
+@pytest.mark.slow
 def test_prefill_shape_is_compute_bound():
     report = simulate(load_workload("workloads/ffn_decode.yaml", ["params.tokens=2048"])).to_dict()
     assert report["bound"] == "compute"

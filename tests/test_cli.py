@@ -120,37 +120,28 @@ def test_help(args):
 @pytest.mark.slow
 def test_readme_shows_real_output():
     """Each sample output in the README is what its command prints today, byte for byte."""
-    from .refresh_readme import output_of, shown_blocks
+    from .refresh_readme import comparable, output_of, shown_blocks
 
     blocks = shown_blocks((ROOT / "README.md").read_text())
     assert [c for c, _ in blocks][:1] == ["python -m simulator run workloads/ffn_decode.yaml"]
     for command, shown in blocks:
-        assert output_of(command) == shown, (
+        assert comparable(output_of(command)) == comparable(shown), (
             f"README block for '{command}' is stale; refresh: python -m tests.refresh_readme"
         )
 
 
-GPUS = ("a100", "h100", "h200")
-
-
-def _readme_commands() -> list:
-    """The README's commands; a request on a GPU preset takes half a minute at a terminal on
-    two cores, so those run with the slow tests (CI runs them all)."""
+def _readme_commands() -> list[str]:
     from .refresh_readme import shown_blocks
 
-    def on_a_gpu(command: str) -> bool:
-        return " infer " in command and any(f"--hardware {g}" in command for g in GPUS)
-
-    return [
-        pytest.param(command, marks=pytest.mark.slow) if on_a_gpu(command) else command
-        for command, _ in shown_blocks((ROOT / "README.md").read_text())
-    ]
+    return [command for command, _ in shown_blocks((ROOT / "README.md").read_text())]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("command", _readme_commands())
 def test_readme_commands_run_at_a_terminal(command):
     """Each README command as a user at a terminal runs it, progress bars on (the test above
-    runs them piped)."""
+    runs them piped); the GPU requests and the tuning take half a minute each on two
+    cores."""
     from .terminal import run_in_terminal
 
     code, output = run_in_terminal(shlex.split(command)[3:])
@@ -267,6 +258,7 @@ def test_help_and_import_leave_the_heavy_libraries_unloaded():
     assert result.stdout.strip() == "[]"
 
 
+@pytest.mark.slow
 def test_hardware_picks_the_chip_of_a_workload(tmp_path):
     """`--hardware` runs a workload on another chip, by preset name in any case or by a
     file's path from where the user stands; with a --set of another chip it is refused, as
@@ -349,6 +341,7 @@ def test_the_console_command_names_itself(monkeypatch, capsys):
     assert capsys.readouterr().out.startswith("usage: npu-memsim ")
 
 
+@pytest.mark.slow
 def test_a_trace_can_be_gzipped_and_limited_to_cores_and_kernels(tmp_path):
     import gzip
 

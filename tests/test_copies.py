@@ -55,6 +55,11 @@ def _afresh(workload, sample):
     return programs
 
 
+def slow(*values):
+    """A case of several seconds on two cores: CI runs it, -m "not slow" does not."""
+    return pytest.param(*values, marks=pytest.mark.slow)
+
+
 def _step(model, hardware, phase, tokens, context, layers=2, weights="fp16", kv="fp16", **more):
     batch, fusion = more.get("batch", 1), more.get("fusion", "auto")
     return step_workload(
@@ -72,12 +77,12 @@ def _step(model, hardware, phase, tokens, context, layers=2, weights="fp16", kv=
     "chip, model, phase, tokens, context, layers, weights, sample, more",
     [
         ("ascend910", "llama2-7b", "prefill", 64, 64, 2, "fp16", False, {}),
-        ("ascend910", "llama2-7b", "prefill", 512, 512, 2, "fp16", True, {}),
-        ("h100", "llama2-7b", "decode", 1, 4000, 2, "fp16", False, {}),  # split attention
-        ("h100", "mixtral-8x7b", "prefill", 32, 32, 1, "int8", False, {}),  # experts; int8 B
+        slow("ascend910", "llama2-7b", "prefill", 512, 512, 2, "fp16", True, {}),
+        slow("h100", "llama2-7b", "decode", 1, 4000, 2, "fp16", False, {}),  # split attention
+        slow("h100", "mixtral-8x7b", "prefill", 32, 32, 1, "int8", False, {}),  # experts; int8 B
         # grouped-query attention, int8 K and V converted on chip, weights converted in L0B
-        ("h100", "llama3-8b", "decode", 1, 600, 2, "w8a16", False, {"kv": "int8", "batch": 2}),
-        ("ascend910", "qwen2-7b", "prefill", 48, 48, 2, "fp16", False, {"fusion": "none"}),
+        slow("h100", "llama3-8b", "decode", 1, 600, 2, "w8a16", False, {"kv": "int8", "batch": 2}),
+        slow("ascend910", "qwen2-7b", "prefill", 48, 48, 2, "fp16", False, {"fusion": "none"}),
     ],
 )
 def test_a_copied_kernel_is_the_kernel_lowered_afresh(

@@ -435,8 +435,12 @@ def test_a_strided_run_costs_a_packet_per_element(tiny):
     "hardware, model, step, sample",
     [
         ("tiny", None, Step("prefill", 1, 64, 64), False),
-        ("ascend910", "llama2-7b", Step("decode", 1, 1, 80), False),
-        ("h100", "llama2-7b", Step("decode", 1, 1, 80), True),  # sampled K chunks warm L2
+        pytest.param(
+            "ascend910", "llama2-7b", Step("decode", 1, 1, 80), False, marks=pytest.mark.slow
+        ),
+        pytest.param(  # sampled K chunks warm L2
+            "h100", "llama2-7b", Step("decode", 1, 1, 80), True, marks=pytest.mark.slow
+        ),
     ],
 )
 def test_a_kernel_that_begins_as_an_earlier_one_did_is_replayed_record_for_record(
@@ -463,7 +467,9 @@ def test_a_kernel_that_begins_as_an_earlier_one_did_is_replayed_record_for_recor
     _assert_same_run(replayed, simulated, program, hw)
 
 
-@pytest.mark.parametrize("hardware, sample", [("ascend910", False), ("h100", True)])
+@pytest.mark.parametrize(
+    "hardware, sample", [("ascend910", False), pytest.param("h100", True, marks=pytest.mark.slow)]
+)
 def test_a_run_replays_kernels_the_last_run_on_the_same_hardware_simulated(hardware, sample):
     """The next decode step, at a longer context, begins its GEMMs as the step before did:
     they are replayed from the last run (engine/replay.py), record for record, and counted

@@ -63,7 +63,10 @@ def test_the_reference_agrees_on_a_decode_ffn(ascend):
 
 @pytest.mark.parametrize(
     "path, hardware",
-    [("workloads/ffn_decode.yaml", "a100"), ("workloads/linear_gelu.yaml", "tiny")],
+    [
+        ("workloads/ffn_decode.yaml", "a100"),
+        pytest.param("workloads/linear_gelu.yaml", "tiny", marks=pytest.mark.slow),
+    ],
 )
 def test_the_reference_agrees_on_sampled_kernels(path, hardware):
     """Sampling is the engine's own mechanism (the L2 warmed as the skipped units would have

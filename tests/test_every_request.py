@@ -231,7 +231,9 @@ def _interruptible() -> None:
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads children from /proc")
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize(
+    "signum", [signal.SIGTERM, pytest.param(signal.SIGINT, marks=pytest.mark.slow)]
+)
 @pytest.mark.parametrize("command", sorted(SIGNAL_RUNS))
 def test_class8_a_signal_stops_the_command_its_workers_and_its_files(tmp_path, command, signum):
     """SIGTERM (kill, timeout, a CI cancellation) or SIGINT (Ctrl-C) stops the command: its
@@ -409,6 +411,7 @@ def test_class10_overrides_are_recorded_and_said_once(tmp_path):
         assert code == 2 and problem in output and "Traceback" not in output, output
 
 
+@pytest.mark.slow
 def test_class11_api_mistakes_say_what_was_expected(tiny):
     import simulator as sim
 

@@ -22,6 +22,7 @@ from .test_cli import ROOT, run_cli
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.slow
 def test_sweep_rows_are_in_grid_order_and_identical_across_worker_counts():
     grid = {"params.tokens": [1, 16], "schedule.fusion": ["none", "auto"]}
     serial = sim.sweep("workloads/ffn_decode.yaml", grid, workers=1)
@@ -280,6 +281,7 @@ def test_report_api_for_notebooks(tmp_path):
     assert replace(r, trace=None).to_dict() == r.to_dict()
 
 
+@pytest.mark.slow
 def test_sweep_on_a_dask_cluster_gives_the_local_rows(tmp_path):
     distributed = pytest.importorskip("distributed")
     grid = ["params.tokens=1,16", "schedule.fusion=none,auto"]

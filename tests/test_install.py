@@ -8,6 +8,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -37,6 +39,7 @@ def test_version_flag():
     assert result.stdout.strip() == f"npu-memsim {__version__}"
 
 
+@pytest.mark.slow
 def test_built_wheel_runs_the_main_job_from_another_directory(tmp_path):
     build = subprocess.run(
         [

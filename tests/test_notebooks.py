@@ -22,13 +22,10 @@ def test_notebook_is_committed_without_outputs(path):
             assert cell.outputs == [] and cell.execution_count is None
 
 
-# lab 5 simulates whole requests (a minute or two on two cores): CI runs it, -m "not slow" not
-LONG_LABS = ("05_where_a_tokens_time_goes",)
-
-
+# the labs take 7 to 90 s each on two cores: CI runs them, -m "not slow" not
 @pytest.mark.parametrize(
     "path",
-    [pytest.param(p, marks=pytest.mark.slow) if p.stem in LONG_LABS else p for p in NOTEBOOKS],
+    [pytest.param(p, marks=pytest.mark.slow) for p in NOTEBOOKS],
     ids=lambda p: p.stem,
 )
 def test_notebook_runs(path):

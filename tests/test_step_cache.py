@@ -182,6 +182,7 @@ def test_a_sweep_reads_its_points_back(cache, monkeypatch):
     assert sweep(str(FFN), {"params.tokens": [1, 2]}, workers=1) == first
 
 
+@pytest.mark.slow
 def test_the_tuner_reads_its_kernel_runs_back(cache, monkeypatch):
     from simulator.search import tune
 

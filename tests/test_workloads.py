@@ -10,6 +10,7 @@ from simulator import load_workload, simulate
 from .test_cli import run_cli
 
 WORKLOADS = sorted((Path(__file__).resolve().parents[1] / "workloads").glob("*.yaml"))
+LONG = ("ffn_prefill", "ffn_llama13b")  # seconds each on two cores: CI runs them, -m "not slow" not
 
 
 @pytest.fixture(scope="module")
@@ -25,7 +26,11 @@ def reports():
     return get
 
 
-@pytest.mark.parametrize("path", WORKLOADS, ids=lambda p: p.stem)
+@pytest.mark.parametrize(
+    "path",
+    [pytest.param(p, marks=pytest.mark.slow) if p.stem in LONG else p for p in WORKLOADS],
+    ids=lambda p: p.stem,
+)
 def test_every_workload_runs_and_respects_the_roofline(path, reports):
     report = reports(path.stem)
     assert report["cycles"] >= report["roofline"]["bound_cycles"]

@@ -22,6 +22,7 @@ from ..cost import (
     cube_call_cycles,
     multicast_share,
     queued_transfers_cycles,
+    same_address_ramp_cycles,
     shaped_rate,
 )
 from ..errors import TilingError
@@ -274,8 +275,9 @@ def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING
     For each core split that keeps the busiest core within 15% of the least work, and with
     double or single accumulators: base blocks as large as double-buffering in L0 allows (m up
     to 128, n up to 256, then k as deep as L0A/L0B allow) and as many base-k blocks per L1
-    stage as fit, or the most whose rows of A (along K) are whole MTE2 packets, if fewer; of
-    those, the one the analytic estimate says is fastest. (A single accumulator makes the Cube
+    stage as fit, or the most whose rows of A (along K) are whole MTE2 packets, or the most
+    that cut K into equal chunks, if fewer; of those, the one the analytic estimate says is
+    fastest. (A single accumulator makes the Cube
     wait for each block's drain but lets blocks be twice as large, which a long K repays.)
     """
     fm, fn, _ = hw.cube.fractal[shape.dtype]
@@ -336,9 +338,11 @@ def _blocks_for(
         base_k = max(fk, min(k_room // fk * fk, round_up(shape.k, fk), 256))
     if fixed.step_k:
         steps = [fixed.step_k]
-    else:  # as many as fit L1, and the most whose rows of A are whole packets, if fewer
+    else:  # as many as fit L1, the most whose rows of A are whole packets, and the most that
+        # cut K into equal chunks (no short last chunk), where fewer
         per_step = (base_m * shape.a_bytes + g * base_n * shape.b_bytes) * base_k * buffers
-        most = max(1, min(hw.buffer_bytes["L1"] // per_step, round_up(shape.k, fk) // base_k))
+        k_blocks = round_up(shape.k, fk) // base_k
+        most = max(1, min(hw.buffer_bytes["L1"] // per_step, k_blocks))
         steps = [most]
         packet = hw.engines["MTE2"].packet_bytes
         if packet:
@@ -346,6 +350,9 @@ def _blocks_for(
             whole = next((s for s in range(most, 0, -1) if s * row_bytes % packet == 0), 0)
             if 0 < whole < most:
                 steps.append(whole)
+        even = next(s for s in range(most, 0, -1) if k_blocks % s == 0)
+        if even not in steps and 2 * even > most:
+            steps.append(even)
     return [
         Tiling(
             base_m,
@@ -454,10 +461,11 @@ def estimate_cycles(
 ) -> float:
     """The busiest core's time for a tiling, from the same rates the engine uses, with no
     simulation: each pipe's total work, overlapped (buffers 2) or partly serialised
-    (buffers 1), plus filling the pipeline; never below the chip's HBM time. `epilogue` lists
-    the vector cost classes of a fused epilogue, `epilogue_in_registers` whether it works on
-    the accumulators in place (epilogue.in_registers). It ranks tilings; the simulation
-    decides."""
+    (buffers 1), plus filling the pipeline, plus, on a chip whose L2 serialises same-address
+    reads, the ramp of cores that start one shared read apart; never below the chip's HBM
+    time. `epilogue` lists the vector cost classes of a fused epilogue,
+    `epilogue_in_registers` whether it works on the accumulators in place. It ranks
+    tilings; the simulation decides."""
     fm, fn, fk = hw.cube.fractal[shape.dtype]
     g = shape.gemms
     batch, core_m, core_n = t.cell_extents(shape, hw.cube.fractal[shape.dtype])
@@ -567,7 +575,12 @@ def estimate_cycles(
     steps = max(1, blocks * chunks)
     chip = (hbm_bytes + out_bytes) / hbm.sustained_bytes_per_cycle
     fill = hbm.latency_cycles + (sum(stages) - steady) / steps
-    return max(steady, chip) + fill
+    ramp = 0.0
+    if not t.split_blocks:  # split_n cores stage each A chunk at once, split_m each B chunk
+        a_chunk, b_chunk = rows * chunk * shape.a_bytes, g * chunk * t.base_n * shape.b_bytes
+        ramp = same_address_ramp_cycles(hw, ((t.split_n, a_chunk), (t.split_m, b_chunk)))
+    # the chip loses half a ramp's capacity where it is bound by HBM, the last core all of it
+    return max(steady, chip) + fill + (ramp / 2 if chip >= steady else ramp)
 
 
 def _hbm_bytes(shape: MatmulShape, hw: Hardware, m_blocks: int, n_blocks: int) -> float:
