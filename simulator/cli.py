@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from .cli_args import MAX_ERROR_LINES, MAX_VARIANTS, build_parser, clip
+from .cli_infer import run_infer
 from .errors import OVERRIDE_MARK, SimulatorError, printable, quote
 from .gc_pause import gc_paused
 from .outputs import (
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             "compare": _compare,
             "sweep": _sweep,
             "tune": _tune,
-            "infer": _infer,
+            "infer": run_infer,
             "figures": _figures,
             "cache": _cache,
             "examples": _examples,
@@ -198,70 +199,6 @@ def _cache(args) -> int:
         return 0
     held = f"{state.entries:,} run{'s' * (state.entries != 1)}, {fmt_bytes(state.nbytes)}"
     print(f"{'removed' if args.clear else 'holds'} {held}: {state.folder}")
-    return 0
-
-
-def _infer(args) -> int:
-    from tqdm import tqdm
-
-    from .config.hardware import load_hardware
-    from .config.model import load_model
-    from .config.runtime import load_runtime
-    from .config.strict import HARDWARE_PREFIX, parse_overrides
-    from .inference import WORK_LIMIT_LAYER_STEPS, infer
-
-    out = (
-        Output("--json", Path(args.json), "json", args.force)
-        if args.json and args.json != "-"
-        else None
-    )
-    pairs = parse_overrides(args.overrides, "--set")
-    hardware = load_hardware(
-        args.hardware,
-        [(p[len(HARDWARE_PREFIX) :], v) for p, v in pairs if p.startswith(HARDWARE_PREFIX)],
-    )
-    model = load_model(args.model, [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)])
-    runtime = None if args.runtime is None else load_runtime(args.runtime)
-    check_outputs(
-        [out] if out else [],
-        (model.source, hardware.source, *([runtime.source] if runtime else [])),
-    )
-    tty = sys.stderr.isatty()
-    bar = tqdm(desc=f"infer {model.name}", unit="step", leave=False) if tty else None
-
-    def on_step(what: str, step: int, steps: int) -> None:
-        if bar is not None:
-            bar.total = steps
-            bar.set_postfix_str(what)
-            bar.update(step - 1 - bar.n)  # the steps before this one are done
-
-    try:
-        report = infer(
-            model,
-            hardware,
-            batch=args.batch,
-            prompt=args.prompt,
-            generate=args.generate,
-            fusion=args.fusion,
-            weights=args.weights,
-            kv_cache=args.kv_cache,
-            chips=args.chips,
-            runtime=runtime,
-            exact=args.exact,
-            sample=args.sample,
-            on_step=on_step,
-            work_limit=None if args.yes else WORK_LIMIT_LAYER_STEPS,
-        )
-    finally:
-        if bar is not None:
-            bar.close()
-    if args.json == "-":
-        print(json.dumps(report.to_dict(), indent=2, allow_nan=False))
-    else:
-        print(report.summary())
-    if out:
-        write_json(out, "inference", report.to_dict())
-        print(f"\nreport written to {args.json}")
     return 0
 
 

@@ -218,10 +218,29 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         "hardware one (hardware.HBM.bandwidth=2TB/s); repeatable",
     )
     infer.add_argument(
+        "--compare",
+        action="append",
+        metavar="FIELD=V1,V2,...",
+        help="simulate a request per value and show them side by side (hardware, model, "
+        "batch, prompt, generate, chips, weights, kv_cache, fusion or runtime; repeat to "
+        "combine fields, up to 12 requests): --compare hardware=a100,h100",
+    )
+    infer.add_argument(
         "--json", type=_file, metavar="FILE", help="also write the report as JSON ('-': stdout)"
     )
     infer.add_argument(
-        "--force", action="store_true", help="overwrite an existing --json file that is not ours"
+        "--csv", type=_file, metavar="FILE", help="also write a CSV, one row per request"
+    )
+    infer.add_argument(
+        "--plot",
+        type=_file,
+        metavar="FILE.png",
+        help="also draw the times and where they go, one bar per request",
+    )
+    infer.add_argument(
+        "--force",
+        action="store_true",
+        help="overwrite an existing --json, --csv or --plot file that is not ours",
     )
 
     tune = sub.add_parser(

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, TextIO
 
 from .errors import SimulatorError, printable
+from .inference_compare import CSV_COLUMNS as INFERENCE_COLUMNS
 from .sweep import FIGURES, columns
 from .version import FORMAT_PREFIX, NAME, format_mark
 
@@ -162,6 +163,8 @@ def is_ours(path: Path, kind: str) -> bool:
         return (_png_software(head) or "").startswith(f"{NAME} ")
     if kind == "csv":
         header = head.split(b"\n", 1)[0].decode("utf-8", errors="replace").strip().split(",")
+        if header == list(INFERENCE_COLUMNS):  # infer's rows
+            return True
         fields = header[: -len(CSV_TAIL)]
         return header[-len(CSV_TAIL) :] == CSV_TAIL and all(fields) and len(fields) >= 1
     if kind == "trace" and head[:2] == GZIP_MAGIC:
@@ -298,14 +301,19 @@ class CsvRows:
     def finish(self, rows: list[dict[str, Any]]) -> None:
         """Once every point is in: the same rows, in grid order."""
         self.close()
+        write_csv(self.out, self.columns, rows)
 
-        def write(path: Path) -> None:
-            with open(path, "w", newline="", encoding="utf-8") as handle:
-                writer = csv.DictWriter(handle, fieldnames=self.columns)
-                writer.writeheader()
-                writer.writerows(_cells(row) for row in rows)
 
-        write_atomically(self.out, write)
+def write_csv(out: Output, columns: Sequence[str], rows: list[dict[str, Any]]) -> None:
+    """A CSV written whole (a sweep's grows as its points finish: CsvRows)."""
+
+    def write(path: Path) -> None:
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(columns))
+            writer.writeheader()
+            writer.writerows(_cells(row) for row in rows)
+
+    write_atomically(out, write)
 
 
 def _cells(row: dict[str, Any]) -> dict[str, Any]:

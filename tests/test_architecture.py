@@ -33,9 +33,13 @@ LAYERS = (
             "sweep",
             "outputs",
             "examples",
+            "inference_compare",
         ),
     ),
-    ("interface", ("", "cli", "cli_args", "__main__")),  # the package's API and the CLI
+    (
+        "interface",
+        ("", "cli", "cli_args", "cli_infer", "__main__"),
+    ),  # the package's API and the CLI
 )
 
 

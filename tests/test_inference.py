@@ -1,6 +1,7 @@
 """Whole-model inference: model configs, the generated layers, the fast path against every
 layer simulated, and the physics a request's times must obey."""
 
+import csv
 import json
 import math
 
@@ -11,6 +12,7 @@ from simulator.config.model import load_model, model_names, parse_model, shard
 from simulator.config.transformer import Step, step_workload
 from simulator.errors import ConfigError, SimulatorError, TooLargeError
 from simulator.inference import infer
+from simulator.inference_compare import CSV_COLUMNS, parse_compare
 from simulator.pipeline import simulate
 
 # A small dense model with grouped-query attention, quick on the tiny chip.
@@ -530,3 +532,78 @@ def test_the_stated_decode_bound_covers_the_exact_requests_difference(tiny):
     assert cycles != exact  # the line is not the staircase
     assert abs(cycles - exact) / exact <= line.interpolation_error
     assert f"within {100 * line.interpolation_error:.2g}%" in line.method
+
+
+def test_compare_runs_a_request_per_value_side_by_side(tmp_path, capsys):
+    """Each row is the request run alone; the CSV carries the same rows, the plot is drawn,
+    and our CSV is rewritten without --force where a user's is refused."""
+    config = tmp_path / "toy.json"
+    config.write_text(json.dumps(TOY))
+    csv_out, png_out = tmp_path / "r.csv", tmp_path / "r.png"
+    base = ["infer", str(config), "--hardware", "tiny", "--prompt", "16", "--generate", "3"]
+    request = base + ["--compare", "batch=1,2", "--csv", str(csv_out), "--plot", str(png_out)]
+    assert main(request) == 0
+    printed = capsys.readouterr().out
+    assert (
+        "toy on tiny (prompt 16, generate 3, fusion auto, weights fp16, chips 1), by batch"
+        in printed
+    )
+    rows = list(csv.DictReader(csv_out.open()))
+    assert [row["batch"] for row in rows] == ["1", "2"]
+    assert list(rows[0]) == list(CSV_COLUMNS)
+    assert float(rows[0]["speedup"]) == 1.0
+    assert png_out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for batch, row in zip((1, 2), rows):
+        assert (
+            main(base + ["--batch", str(batch), "--json", str(tmp_path / "one.json"), "--force"])
+            == 0
+        )
+        alone = json.loads((tmp_path / "one.json").read_text())
+        assert float(row["ttft_us"]) == alone["ttft_us"]
+        assert float(row["e2e_us"]) == alone["e2e_us"]
+    assert main(request) == 0  # our files: rewritten
+    csv_out.write_text("a,b\n1,2\n")
+    capsys.readouterr()
+    assert main(request) == 2
+    assert "--csv" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "compare, problem",
+    [
+        (["color=red,blue"], "'color' is not a field of a request"),
+        (["batch=1,2", "batch=4"], "batch is compared twice"),
+        (["batch=1,,2"], "no empty value"),
+        (["batch=0,2"], "whole numbers of at least 1"),
+        (["generate=-1"], "whole numbers of at least 0"),
+        (["weights=fp16,int4"], "weights is one of fp16, int8, w8a16, fp8"),
+        (["prompt=1,2,3,4", "batch=1,2,3,4"], "16 requests are more than the 12"),
+        (["hardware=h100,h100"], "a value is given twice"),
+    ],
+)
+def test_compare_mistakes_are_one_line_before_anything_runs(compare, problem, capsys):
+    argv = ["infer", "llama2-7b"]
+    for text in compare:
+        argv += ["--compare", text]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert problem in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_loads_every_requests_files_before_simulating(capsys, monkeypatch):
+    import simulator.inference
+
+    monkeypatch.setattr(simulator.inference, "infer", lambda *a, **k: pytest.fail("ran"))
+    assert main(["infer", "llama2-7b", "--compare", "hardware=h100,nochip"]) == 2
+    assert "nochip" in capsys.readouterr().err
+
+
+def test_compare_labels_name_each_field_when_several_combine():
+    requests = parse_compare(["hardware=a100,h100", "kv-cache=fp16,fp8"])
+    assert [r.label for r in requests] == [
+        "hardware=a100, kv_cache=fp16",
+        "hardware=a100, kv_cache=fp8",
+        "hardware=h100, kv_cache=fp16",
+        "hardware=h100, kv_cache=fp8",
+    ]
+    assert requests[1].changes == {"hardware": "a100", "kv_cache": "fp8"}

@@ -86,3 +86,49 @@ def render_inference(d: dict[str, Any]) -> str:
         ),
     ]
     return "\n".join(lines)
+
+
+def render_comparison(title: str, rows: list[dict[str, Any]]) -> str:
+    """Requests side by side (inference_compare.rows_of), one line each: its times, energy,
+    HBM bytes per token and memory, and its speed-up over the first."""
+
+    def ms(us: float | None) -> str:
+        return "-" if us is None else f"{us / 1e3:,.2f}"
+
+    header = (
+        "request",
+        "TTFT ms",
+        "TPOT ms",
+        "tokens/s",
+        "end to end ms",
+        "J/token",
+        "HBM/token",
+        "memory",
+        "speed-up",
+    )
+    cells = [
+        (
+            row["label"],
+            ms(row["ttft_us"]),
+            ms(row["tpot_mean_us"]),
+            "-" if row["tokens_per_s"] is None else f"{row['tokens_per_s']:,.1f}",
+            ms(row["e2e_us"]),
+            "-" if row["energy_per_token_j"] is None else f"{row['energy_per_token_j']:,.3f}",
+            fmt_bytes(row["hbm_bytes_per_token"]),
+            f"{fmt_bytes(row['memory_bytes'])} "
+            f"({row['memory_bytes'] / row['hbm_capacity_bytes']:.0%})",
+            f"{row['speedup']:.2f}x",
+        )
+        for row in rows
+    ]
+    widths = [max(len(line[i]) for line in (header, *cells)) for i in range(len(header))]
+    lines = [title, ""]
+    for line in (header, *cells):
+        lines.append(
+            "  "
+            + "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(line, widths))
+            )
+        )
+    return "\n".join(lines)

@@ -260,6 +260,38 @@ def plot_traffic(reports: dict, path=None):
     return _finish(fig, path)
 
 
+def plot_inference(rows: list[dict], path=None):
+    """Inference requests side by side (inference_compare.rows_of): time to first token and
+    per token, and where each request's time goes, by class of work."""
+    labels = [textwrap.fill(str(row["label"]), 14) for row in rows]
+    fig, (times, parts) = plt.subplots(1, 2, figsize=(10, 0.9 + 0.5 * max(3, len(rows))))
+    ys = range(len(rows))
+    height = 0.4
+    for offset, (key, name) in enumerate(
+        (("ttft_us", "first token"), ("tpot_mean_us", "per token"))
+    ):
+        values = [(row[key] or 0.0) / 1e3 for row in rows]
+        times.barh([y + (offset - 0.5) * height for y in ys], values, height, label=name)
+    times.set_yticks(list(ys), labels)
+    times.invert_yaxis()
+    times.set_xlabel("ms")
+    times.set_title("Time to first token and per token")
+    times.legend(fontsize=8)
+    classes = [c[len("decode_") : -len("_us")] for c in rows[0] if c.startswith("decode_")]
+    left = [0.0] * len(rows)
+    for name in classes:
+        values = [(row[f"prefill_{name}_us"] + row[f"decode_{name}_us"]) / 1e3 for row in rows]
+        if any(values):
+            parts.barh(list(ys), values, 0.6, left=left, label=name)
+            left = [a + b for a, b in zip(left, values)]
+    parts.set_yticks(list(ys), [""] * len(rows))
+    parts.invert_yaxis()
+    parts.set_xlabel("ms, prefill and every decode step")
+    parts.set_title("Where the request's time goes")
+    parts.legend(fontsize=8, loc="best")
+    return _finish(fig, path)
+
+
 def plot_utilization(report, path=None):
     """Busy fraction of every unit, engine and memory; stall share of every pipe by cause."""
     d = _data(report)
