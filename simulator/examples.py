@@ -15,19 +15,17 @@ from pathlib import Path
 
 from .errors import SimulatorError
 
-FOLDERS = {"workloads": "*.yaml", "notebooks": "*.ipynb"}  # folder -> its examples' pattern
+# folder -> its examples' patterns (the labs' answer keys in a folder of their own)
+FOLDERS = {"workloads": ("*.yaml",), "notebooks": ("*.ipynb", "answers/*.ipynb")}
 ABOUT_CHARS = 72  # an example's line in the listing, beside its name
 
 
 @dataclass(frozen=True)
 class Example:
     folder: str  # "workloads" or "notebooks"
+    name: str  # its path within the folder: ffn_decode.yaml, answers/01_....ipynb
     path: Path
     about: str  # one line: a workload's first comment, a lab's title
-
-    @property
-    def name(self) -> str:
-        return self.path.name
 
 
 def folder(name: str) -> Path:
@@ -41,8 +39,9 @@ def folder(name: str) -> Path:
 def examples() -> list[Example]:
     """Every shipped example, workloads first, each folder in name order."""
     return [
-        Example(name, path, _about(path))
-        for name, pattern in FOLDERS.items()
+        Example(name, path.relative_to(folder(name)).as_posix(), path, _about(path))
+        for name, patterns in FOLDERS.items()
+        for pattern in patterns
         for path in sorted(folder(name).glob(pattern))
     ]
 

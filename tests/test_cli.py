@@ -301,6 +301,8 @@ def test_examples_lists_every_shipped_workload_and_lab():
     assert result.returncode == 0, result.stderr
     for example in [*(ROOT / "workloads").glob("*.yaml"), *(ROOT / "notebooks").glob("*.ipynb")]:
         assert f"  {example.name} " in result.stdout
+    for key in (ROOT / "notebooks" / "answers").glob("*.ipynb"):
+        assert f"  answers/{key.name} " in result.stdout
     assert "LLaMA-7B feed-forward block at decode: one token, batch 1" in result.stdout
     assert "Lab 1: why is decode GEMM bandwidth-bound?" in result.stdout
 

@@ -65,9 +65,9 @@ def test_built_wheel_runs_the_main_job_from_another_directory(tmp_path):
         assert f"simulator/hw_models/{preset.relative_to(ROOT / 'hw_models')}" in names
     for config in (ROOT / "workloads" / "models").glob("*.json"):
         assert f"simulator/model_configs/{config.name}" in names
-    for folder, pattern in (("workloads", "*.yaml"), ("notebooks", "*.ipynb")):
+    for folder, pattern in (("workloads", "*.yaml"), ("notebooks", "**/*.ipynb")):
         for example in (ROOT / folder).glob(pattern):
-            assert f"simulator/example_{folder}/{example.name}" in names
+            assert f"simulator/example_{folder}/{example.relative_to(ROOT / folder)}" in names
     assert any(n.endswith(".dist-info/licenses/LICENSE") or n.endswith("/LICENSE") for n in names)
     # install the wheel alone into a folder of its own and run it from an unrelated folder
     target = tmp_path / "site"

@@ -8,13 +8,18 @@ from nbclient import NotebookClient
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+ANSWERS = sorted((ROOT / "notebooks" / "answers").glob("*.ipynb"))  # the labs' answer keys
 
 
 def test_there_are_five_labs():
     assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05"]
 
 
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_answer_key_answers_a_lab():
+    assert ANSWERS and {p.name for p in ANSWERS} <= {p.name for p in NOTEBOOKS}
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS + ANSWERS, ids=lambda p: p.parent.name + "/" + p.stem)
 def test_notebook_is_committed_without_outputs(path):
     book = nbformat.read(path, as_version=4)
     for cell in book.cells:
@@ -25,8 +30,8 @@ def test_notebook_is_committed_without_outputs(path):
 # the labs take 7 to 90 s each on two cores: CI runs them, -m "not slow" not
 @pytest.mark.parametrize(
     "path",
-    [pytest.param(p, marks=pytest.mark.slow) for p in NOTEBOOKS],
-    ids=lambda p: p.stem,
+    [pytest.param(p, marks=pytest.mark.slow) for p in NOTEBOOKS + ANSWERS],
+    ids=lambda p: p.parent.name + "/" + p.stem,
 )
 def test_notebook_runs(path):
     book = nbformat.read(path, as_version=4)
