@@ -335,11 +335,14 @@ def _sweep(args) -> int:
     count = point_count(grid)
     workers = args.workers or os.cpu_count() or 1
     if count > CONFIRM_ABOVE_POINTS and not args.yes:
-        seconds, instructions = estimate_seconds(args.workload, grid, args.overrides, workers)
+        seconds, (first, last), took = estimate_seconds(
+            args.workload, grid, args.overrides, workers
+        )
         estimate = (
-            f" (about {_duration(seconds)} on {min(workers, count)} workers, from the "
-            f"first point's {instructions:,} instructions)"
-            if instructions
+            f" (about {_duration(seconds)} on {min(workers, count)} workers: its first and "
+            f"last points lower to {first:,} and {last:,} instructions, and the smaller took "
+            f"{took:.1f} s here)"
+            if first
             else ""
         )
         raise SimulatorError(
@@ -353,7 +356,7 @@ def _sweep(args) -> int:
             grid,
             args.overrides,
             workers=workers,
-            progress=sys.stderr.isatty(),
+            progress=sys.stderr.isatty() and not args.quiet,
             scheduler=args.scheduler,
             max_cycles=args.max_cycles,
             on_row=saved.add,
@@ -437,7 +440,7 @@ def _tune(args) -> int:
     matmuls = sum(1 for k in plan(workload).kernels if k.gemms and not k.attention)
     bar = (
         tqdm(total=matmuls, desc=f"tune {args.workload}", unit="kernel", leave=False)
-        if sys.stderr.isatty() and matmuls
+        if sys.stderr.isatty() and matmuls and not args.quiet
         else None
     )
     try:

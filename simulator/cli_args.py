@@ -211,6 +211,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         action="store_true",
         help="run a request of more than 2,000 simulated layer-steps without asking",
     )
+    _quiet(infer)
     _no_cache(infer, "steps")
     _overrides(
         infer,
@@ -269,6 +270,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         "--write", type=_file, metavar="FILE", help="save the workload with the tuned tilings"
     )
     tune.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
+    _quiet(tune)
     _no_cache(tune, "kernel runs")
 
     sweep = sub.add_parser(
@@ -327,6 +329,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     sweep.add_argument(
         "--yes", action="store_true", help="run a grid of more than 100 points without asking"
     )
+    _quiet(sweep)
     _no_cache(sweep, "points")
     _max_cycles(sweep)
 
@@ -357,6 +360,14 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         "--force", action="store_true", help="overwrite files there that differ from them"
     )
     return parser
+
+
+def _quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (there is none when stderr is not a terminal)",
+    )
 
 
 def _no_cache(parser: argparse.ArgumentParser, what: str) -> None:

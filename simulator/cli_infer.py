@@ -56,7 +56,7 @@ def run_infer(args) -> int:
         for source in (model.source, hardware.source, *([runtime.source] if runtime else []))
     }
     check_outputs(list(outputs.values()), tuple(sorted(sources)))
-    tty = sys.stderr.isatty()
+    tty = sys.stderr.isatty() and not args.quiet
     results = []
     for request, (model, hardware, runtime) in zip(requests, loaded):
         label = request.label or model.name

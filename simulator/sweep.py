@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import math
 import os
+import time
 from typing import Any, Callable, Iterable
 
 import yaml
@@ -56,9 +57,6 @@ PLOTTABLE = tuple(f for f in FIGURES if f not in ("bound", "binding"))  # the nu
 
 # Beyond this many points a sweep asks for --yes (the CLI) before it starts.
 CONFIRM_ABOVE_POINTS = 100
-# Rough wall time of one simulated instruction on one core (benchmarks/engine_speed.py
-# measures 2.7-3.6 µs); used only to tell the user how long a large grid will take.
-SECONDS_PER_INSTRUCTION = 4e-6
 MAX_GRID_VALUES = 1_000  # values of one field
 MAX_POINTS = 100_000  # points of one sweep, --yes or not
 
@@ -148,20 +146,27 @@ def _as_grid_problem(line: str, grid: dict[str, list[Any]]) -> str:
 
 def estimate_seconds(
     path: str, grid: dict[str, list[Any]], overrides: Iterable[str], workers: int
-) -> tuple[float, int]:
-    """(seconds, instructions of the first point): a rough wall time for the whole grid."""
+) -> tuple[float, tuple[int, int], float]:
+    """(seconds, the instructions of the grid's first and last points, seconds the smaller
+    took): a wall time for the whole grid, its points taken to lower to as many instructions
+    as those two on average (a grid tends to grow along its fields), simulated at the rate
+    this machine simulates the smaller of the two, timed now. (0, (0, 0), 0) where either
+    point cannot run: the sweep will say why."""
     from .config.workload import load_workload
-    from .pipeline import lower_workload
+    from .pipeline import lower_workload, simulate
 
-    first = [f"{f}={values[0]}" for f, values in grid.items()]
+    corners = [[f"{f}={values[i]}" for f, values in grid.items()] for i in (0, -1)]
     try:
-        instructions = lower_workload(load_workload(path, [*overrides, *first])).instruction_count
+        workloads = [load_workload(path, [*overrides, *corner]) for corner in corners]
+        counts = [lower_workload(w).instruction_count for w in workloads]
+        started = time.perf_counter()
+        simulate(workloads[counts.index(min(counts))])
+        took = time.perf_counter() - started
     except SimulatorError:
-        return 0.0, 0
-    count = point_count(grid)
-    return count * instructions * SECONDS_PER_INSTRUCTION / max(
-        1, min(workers, count)
-    ), instructions
+        return 0.0, (0, 0), 0.0
+    points = point_count(grid)
+    per_point = took * (counts[0] + counts[1]) / 2 / max(1, min(counts))
+    return points * per_point / max(1, min(workers, points)), (counts[0], counts[1]), took
 
 
 def points(grid: dict[str, list[Any]]) -> list[dict[str, Any]]:

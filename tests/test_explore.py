@@ -409,3 +409,18 @@ def test_a_finished_sweep_csv_is_in_grid_order(tmp_path):
     assert [(r["params.m"], r["params.n"]) for r in rows] == [
         (m, n) for m in ("64", "16", "48", "32") for n in ("32", "16")
     ]
+
+
+def test_a_large_grid_asks_first_and_says_how_long_from_a_point_it_timed():
+    """Past 100 points a sweep runs only with --yes; the refusal estimates the wall time from
+    the grid's first and last points' instructions and the time one of them took here."""
+    tokens = ",".join(str(t) for t in range(1, 102))
+    small = ["--set", "params.hidden=256", "--set", "params.ffn=512"]
+    ffn = str(ROOT / "workloads" / "ffn_decode.yaml")
+    result = run_cli(
+        "sweep", ffn, "--hardware", "tiny", *small, "--grid", f"params.tokens={tokens}"
+    )
+    assert result.returncode == 2
+    assert "the grid has 101 points (about " in result.stderr
+    assert "its first and last points lower to " in result.stderr and " took " in result.stderr
+    assert "pass --yes" in result.stderr
