@@ -8,7 +8,7 @@ import json
 import sys
 from pathlib import Path
 
-from .inference_compare import CSV_COLUMNS, Request, parse_compare, rows_of
+from .inference_compare import COUNTS, CSV_COLUMNS, Request, parse_compare, rows_of
 from .outputs import Output, check_outputs, write_atomically, write_csv, write_json
 from .version import format_mark
 
@@ -24,13 +24,16 @@ def run_infer(args) -> int:
 
     compared = bool(args.compare)
     requests = parse_compare(args.compare) if compared else [Request("", {})]
+    named = (
+        ("--json", args.json, "json"),
+        ("--csv", args.csv, "csv"),
+        ("--plot", args.plot, "png"),
+    )
     outputs = {
-        kind: Output(f"--{kind}", Path(name), kind, args.force)
-        for kind, name in (("json", args.json), ("csv", args.csv), ("png", args.plot))
+        kind: Output(option, Path(name), kind, args.force)
+        for option, name, kind in named
         if name and name != "-"
     }
-    if "png" in outputs:
-        outputs["png"] = Output("--plot", outputs["png"].path, "png", args.force)
     pairs = parse_overrides(args.overrides, "--set")
     hardware_sets = [
         (p[len(HARDWARE_PREFIX) :], v) for p, v in pairs if p.startswith(HARDWARE_PREFIX)
@@ -132,9 +135,7 @@ def _title(args, requests: list[Request], model, hardware) -> str:
     vary."""
     fields = list(requests[0].changes)
     shared = [
-        f"{name} {getattr(args, name):,}"
-        if isinstance(getattr(args, name), int)
-        else f"{name} {getattr(args, name)}"
+        f"{name} {getattr(args, name):,}" if name in COUNTS else f"{name} {getattr(args, name)}"
         for name in ("batch", "prompt", "generate", "fusion", "weights", "chips")
         if name not in fields
     ]

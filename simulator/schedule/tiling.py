@@ -277,8 +277,8 @@ def default_tiling(shape: MatmulShape, hw: Hardware, fixed: TilingSpec = NOTHING
     to 128, n up to 256, then k as deep as L0A/L0B allow) and as many base-k blocks per L1
     stage as fit, or the most whose rows of A (along K) are whole MTE2 packets, or the most
     that cut K into equal chunks, if fewer; of those, the one the analytic estimate says is
-    fastest. (A single accumulator makes the Cube
-    wait for each block's drain but lets blocks be twice as large, which a long K repays.)
+    fastest. (A single accumulator makes the Cube wait for each block's drain but lets
+    blocks be twice as large, which a long K repays.)
     """
     fm, fn, _ = hw.cube.fractal[shape.dtype]
     accumulators = [fixed]

@@ -117,7 +117,7 @@ def render_comparison(title: str, rows: list[dict[str, Any]]) -> str:
             fmt_bytes(row["hbm_bytes_per_token"]),
             f"{fmt_bytes(row['memory_bytes'])} "
             f"({row['memory_bytes'] / row['hbm_capacity_bytes']:.0%})",
-            f"{row['speedup']:.2f}x",
+            "-" if row["speedup"] is None else f"{row['speedup']:.2f}x",
         )
         for row in rows
     ]
