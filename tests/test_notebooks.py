@@ -27,7 +27,7 @@ def test_notebook_is_committed_without_outputs(path):
             assert cell.outputs == [] and cell.execution_count is None
 
 
-# the labs take 7 to 90 s each on two cores: CI runs them, -m "not slow" not
+# the labs and keys take 5 to 50 s each on two cores: CI runs them, -m "not slow" not
 @pytest.mark.parametrize(
     "path",
     [pytest.param(p, marks=pytest.mark.slow) for p in NOTEBOOKS + ANSWERS],
