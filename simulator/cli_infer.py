@@ -21,6 +21,7 @@ def run_infer(args) -> int:
     from .config.runtime import load_runtime
     from .config.strict import HARDWARE_PREFIX, parse_overrides
     from .inference import WORK_LIMIT_LAYER_STEPS, infer
+    from .viz.inference import render_comparison, render_inference
 
     compared = bool(args.compare)
     requests = parse_compare(args.compare) if compared else [Request("", {})]
@@ -91,30 +92,27 @@ def run_infer(args) -> int:
         finally:
             if bar is not None:
                 bar.close()
-        results.append((Request(label, request.changes), report))
-    rows = rows_of([(request, report.to_dict()) for request, report in results])
+        results.append((Request(label, request.changes), report.to_dict()))
+    rows = rows_of(results)
     if compared:
-        data = {
-            "format": format_mark("inference-comparison"),
-            "requests": [
-                {"label": request.label, "changes": request.changes, "report": report.to_dict()}
-                for request, report in results
-            ],
-        }
         kind = "inference-comparison"
+        data = {
+            "requests": [
+                {"label": request.label, "changes": request.changes, "report": report}
+                for request, report in results
+            ]
+        }
     else:
-        data, kind = results[0][1].to_dict(), "inference"
+        kind = "inference"
+        data = {key: value for key, value in results[0][1].items() if key != "format"}
     if args.json == "-":
-        print(json.dumps(data, indent=2, allow_nan=False))
+        print(json.dumps({"format": format_mark(kind), **data}, indent=2, allow_nan=False))
     elif compared:
-        from .viz.inference import render_comparison
-
         print(render_comparison(_title(args, requests, *loaded[0][:2]), rows))
     else:
-        print(results[0][1].summary())
+        print(render_inference(results[0][1]))
     written = []
     if "json" in outputs:
-        data.pop("format", None)
         write_json(outputs["json"], kind, data)
         written.append(f"report written to {args.json}")
     if "csv" in outputs:

@@ -96,15 +96,11 @@ def parse_compare(texts: Sequence[str]) -> list[Request]:
 def _value(option: str, field: str, text: str) -> Any:
     if field in COUNTS:
         least = COUNTS[field]
-        try:
-            value = int(text)
-        except ValueError:
-            value = least - 1
-        if value < least:
+        if not (text.isascii() and text.isdigit()) or int(text) < least:
             raise SimulatorError(
                 f"{option}: {field} takes whole numbers of at least {least}, got {quote(text)}"
             )
-        return value
+        return int(text)
     if field in CHOICES and text not in CHOICES[field]:
         raise SimulatorError(
             f"{option}: {field} is one of {', '.join(CHOICES[field])}, got {quote(text)}"
