@@ -30,6 +30,10 @@ def pytest_addoption(parser):
 
 
 def pytest_collection_modifyitems(config, items):
+    # the slow tests first, so that the workers share them out rather than one worker
+    # taking the last long test while the others have finished (a stable sort: every worker
+    # collects the same order, as pytest-xdist requires)
+    items.sort(key=lambda item: "slow" not in item.keywords)
     if config.getoption("--soak"):
         return
     skip = pytest.mark.skip(reason="a soak test: run it with --soak")

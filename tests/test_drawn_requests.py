@@ -9,9 +9,9 @@ FLOPs at peak and its weight bytes at peak bandwidth, a footprint that holds the
 the KV cache, energy finite and positive, no NaN anywhere) or is refused with one line that
 says why. A crash of any other kind fails the draw.
 
-The default suite runs DRAWS draws (derandomized: CI sees the same ones every run); the
-soak run, marked slow and skipped unless asked for (an hour or two on 2 cores), draws
-MANY_DRAWS at random with a larger budget:
+The default suite runs DRAWS draws in GROUPS groups (derandomized: CI sees the same ones
+every run); the soak run, marked slow and skipped unless asked for (an hour or two on 2
+cores), draws MANY_DRAWS at random with a larger budget:
 
     python -m pytest --soak tests/test_drawn_requests.py
 """
@@ -32,6 +32,7 @@ from simulator.inference import infer
 from simulator.ops import DTYPE_BYTES
 
 DRAWS = 300
+GROUPS = 6  # the draws are split in groups, which the suite's workers share out
 MANY_DRAWS = 2_000
 BUDGET = 1e9  # see work()
 MANY_BUDGET = 1e10
@@ -188,9 +189,10 @@ def drawn(examples: int, **options):
 
 
 @pytest.mark.slow
-@drawn(DRAWS, derandomize=True)
-@given(requests(BUDGET))
-def test_a_drawn_request_runs_with_physical_figures_or_is_refused_in_one_line(request):
+@pytest.mark.parametrize("group", range(GROUPS))  # each its own draws (Hypothesis seeds by id)
+@drawn(DRAWS // GROUPS, derandomize=True)
+@given(request=requests(BUDGET))
+def test_a_drawn_request_runs_with_physical_figures_or_is_refused_in_one_line(group, request):
     check_request(*request)
 
 
