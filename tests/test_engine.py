@@ -9,8 +9,12 @@ Cube start 4 plus one cycle per 16x16x16 fractal.
 from dataclasses import replace
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.config.transformer import Step, step_workload
+from simulator.engine import l2cache
+from simulator.engine.l2cache import L2Cache
 from simulator.engine.world import simulate_program
 from simulator.pipeline import lower_workload, simulate
 from simulator.schedule.program import (
@@ -508,3 +512,103 @@ def _assert_same_run(replayed, simulated, program, hw):
     # the analysis counts a replayed kernel as the kernel it replayed: the same report
     reports = [analyse(trace, program, hw, "step").to_dict() for trace in (replayed, simulated)]
     assert reports[0] == reports[1]
+
+
+class _Landed:
+    triggered = True
+
+
+_OWN = {"a": (64, 256, 2), "b": (64, 512, 2)}  # the tensors a kernel touches
+
+
+@st.composite
+def _l2_pair(draw):
+    """Two L2s whose lines of the tensors in _OWN are the same, in the same LRU order,
+    with runs of other lines between them of the same bytes but made up differently, and
+    the oldest run traded in part for free space."""
+    geometry = {**_OWN, "x": (1 << 20, 256, 2)}
+    pair = [L2Cache(32 * 1024, geometry) for _ in range(2)]
+    granule = {"x": 0}
+    for step in draw(st.lists(st.one_of(_own_regions(), st.integers(1, 8192)), max_size=12)):
+        if isinstance(step, Region):
+            for cache in pair:
+                cache.write(step)
+            continue
+        if pair[0].used_bytes + step > pair[0].capacity_bytes:
+            continue
+        cuts = [draw(st.lists(st.integers(1, step), max_size=3)) for _ in pair]
+        for cache, cut in zip(pair, cuts):
+            parts = [b - a for a, b in zip([0, *sorted(set(cut))], [*sorted(set(cut)), step])]
+            for nbytes in (p for p in parts if p):
+                cache.lines[("x", granule["x"])] = l2cache._Line(1, nbytes, _Landed())
+                cache.used_bytes += nbytes
+                granule["x"] += 1
+    oldest = next((line for key, line in pair[1].lines.items() if key[0] == "x"), None)
+    if oldest is not None and list(pair[1].lines.values())[0] is oldest:
+        freed = draw(st.integers(0, oldest.nbytes - 1))
+        oldest.nbytes -= freed
+        pair[1].used_bytes -= freed
+    return pair
+
+
+def _own_regions():
+    def region(tensor, row, rows, col, cols):
+        height, width, _ = _OWN[tensor]
+        row, col = row % height, col % width
+        return Region(tensor, row, min(height, row + rows), col, min(width, col + cols))
+
+    return st.builds(
+        region,
+        st.sampled_from(sorted(_OWN)),
+        st.integers(0, 63),
+        st.integers(1, 64),
+        st.integers(0, 511),
+        st.integers(1, 512),
+    )
+
+
+@settings(max_examples=150, deadline=None)
+@given(_l2_pair(), st.lists(st.tuples(st.booleans(), _own_regions()), max_size=40))
+def test_a_kernel_meets_two_l2s_of_one_own_state_alike(pair, accesses):
+    """L2Cache.own_state, on which replay.py replays a kernel that evicted every other
+    line: two L2s that hold the same lines of a kernel's tensors, in the same order, with
+    the lines between made up differently (and free space for some of the oldest), have
+    one digest, and every read and write of the kernel's tensors finds and leaves the same
+    in both."""
+    first, second = pair
+    assert first.own_state(sorted(_OWN)) == second.own_state(sorted(_OWN))
+    for write, region in accesses:
+        found = [
+            cache.write(region) if write else cache.read(region, _Landed())[:2] for cache in pair
+        ]
+        assert found[0] == found[1]
+        own = [
+            [(key, line.cells, line.nbytes) for key, line in c.lines.items() if key[0] in _OWN]
+            for c in pair
+        ]
+        assert own[0] == own[1]
+        assert first.own_state(sorted(_OWN)) == second.own_state(sorted(_OWN))
+
+
+def test_a_kernel_that_met_its_own_lines_as_an_earlier_one_did_is_replayed_record_for_record(
+    tiny,
+):
+    """The decode step's LM head begins with other lines in L2 than the prefill's did (the
+    layers before it ran other kernels), but with the same lines of its own tensors, and
+    the prefill's LM head evicted every other line: it is replayed, record for record."""
+    from simulator.engine.world import World
+
+    from .test_inference import toy
+
+    runs = []
+    for step in (Step("prefill", 1, 32, 32), Step("decode", 1, 1, 40)):
+        program = lower_workload(step_workload(toy(), tiny, step, 2, "auto"))
+        runs.append((program, World(program, tiny).run()))
+    (_, prefill), (program, decode) = runs
+    head = decode.kernels[-1]
+    assert program.kernels[head.index].name == "lm_head"
+    assert head.replayed is not None and head.replayed.entry != head.entry
+    assert head.replayed.end_cycle - head.replayed.run_cycle == prefill.kernels[-1].end_cycle - (
+        prefill.kernels[-1].run_cycle
+    )
+    _assert_same_run(decode, simulate_program(program, tiny, replay=False), program, tiny)

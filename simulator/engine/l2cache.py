@@ -107,6 +107,30 @@ class L2Cache:
         ]
         return hashlib.blake2b(repr(state).encode(), digest_size=16).hexdigest()
 
+    def own_state(self, touched: Sequence[str]) -> str:
+        """A digest of what L2 holds as a kernel that touches `touched` meets it: those
+        tensors' lines in LRU order, each run of other lines between them as its bytes only,
+        the free bytes counted in the oldest run. The kernel's run depends on nothing more:
+        it never looks the other lines up, and they leave only by eviction, oldest first,
+        silently (writes go through); until a run of them is gone no line above it goes,
+        however the run is made up. So two starts with one digest run alike; what they
+        leave differs only in which of the other lines stay (replay.py replays on this
+        digest only a kernel that evicted them all)."""
+        place = {tensor: rank for rank, tensor in enumerate(touched)}
+        state: list = []
+        others = self.capacity_bytes - self.used_bytes
+        for (tensor, granule), line in self.lines.items():
+            rank = place.get(tensor)
+            if rank is None:
+                others += line.nbytes
+                continue
+            if others:
+                state.append(others)
+                others = 0
+            state.append((rank, granule, line.cells, line.nbytes))
+        state.append(others)
+        return hashlib.blake2b(repr(state).encode(), digest_size=16).hexdigest()
+
     def state(self) -> tuple[list[tuple], int, int]:
         """Every line as (key, cells, bytes), least recently used first, and the lookups'
         counts of hits and misses so far."""
@@ -121,9 +145,10 @@ class L2Cache:
     ) -> None:
         """Leave L2 as a kernel that ran before left it (`after`, from `before`: see state),
         now that the same kernel on other tensors (`renamed`: its tensors' names then ->
-        now) has begun with the L2 holding what that one began with, line for line
-        (engine/replay.py). A line of a tensor the kernel touched is that line renamed; any
-        other the kernel left alone: it is the line now in its place."""
+        now) has begun with the L2 holding what that one began with, line for line, or with
+        the same lines of its tensors where that one left no other (engine/replay.py). A
+        line of a tensor the kernel touched is that line renamed; any other the kernel left
+        alone: it is the line now in its place."""
         now = dict(zip((key for key, _, _ in before[0]), self.lines.items()))
         lines: OrderedDict[tuple, _Line] = OrderedDict()
         for (tensor, granule), cells, nbytes in after[0]:

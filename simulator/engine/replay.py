@@ -7,7 +7,10 @@ kernel's with other tensors of the same shapes in the same places (`layout`), an
 which begins with the L2 holding what that one began with, tensor for tensor
 (L2Cache.entry_state), takes the same cycles, instruction for instruction, and leaves L2
 as that one left it, its tensors for the earlier one's. A model's layers are such copies:
-from the second on, most kernels of a layer begin as the layer before's did.
+from the second on, most kernels of a layer begin as the layer before's did. A kernel that
+evicted every line but its own tensors' (an LM head streaming its weights through L2) is
+replayed, too, by one that begins with the same lines of its own tensors, whatever the
+others (L2Cache.own_state): a decode step's LM head runs as the prefill's did.
 
 The engine keeps, for each kernel it simulated, its pipe logs, its span, its buffers' peaks
 and the L2 before and after it; a kernel that matches one is not simulated: its logs share
@@ -127,34 +130,48 @@ class Simulated:
     l2_before: tuple[list[tuple], int, int]  # L2Cache.state as it began
     l2_after: tuple[list[tuple], int, int]  # and as it ended
     run: int  # the run that simulated it (Replays.serial)
+    own_entry: str  # the L2 it began with as its own tensors see it (L2Cache.own_state)
     shape: str | None = UNDIGESTED  # its queues and layout digested (Replays.digest)
+
+    @property
+    def evicted_all_others(self) -> bool:
+        """Whether it left in L2 only lines of its own tensors: then a kernel that begins
+        with the same own state (L2Cache.own_state), whatever the other lines were, runs as
+        it ran and leaves what it left."""
+        touched = set(self.kernel.touched_tensors)
+        return all(tensor in touched for (tensor, _), _, _ in self.l2_after[0])
 
 
 class Replays:
     """The kernels simulated so far, by the L2 state they began with: this run's, and those
     the last run on the same hardware kept or replayed (`done` hands them on)."""
 
-    _last: tuple[Hardware, dict[str, list[Simulated]], dict[tuple, int], dict] | None = None
+    _last: tuple[Hardware, list[Simulated], dict[tuple, int], dict] | None = None
     _serials = itertools.count()
 
     def __init__(self, program: Program, hardware: Hardware):
         self.program, self.hardware = program, hardware
         self.serial = next(Replays._serials)
         self.by_entry: dict[str, list[Simulated]] = {}
+        # those that evicted every line not their own, by their own state
+        self.by_own_entry: dict[str, list[Simulated]] = {}
         self.numbers: dict[tuple, int] = {}  # every distinct instruction shape digested
         # per program a kernel's is a copy of (or its own), by id: it and its queues digest
         self.queues: dict[int, tuple[KernelProgram, bytes | None]] = {}
         last = Replays._last
         if last is not None and last[0] is hardware:
-            self.by_entry = {entry: list(kept) for entry, kept in last[1].items()}
+            for simulated in last[1]:
+                self.keep(simulated)
             self.numbers, self.queues = last[2], last[3]
         self.used: set[Simulated] = set()  # what this run replayed
 
-    def earlier(self, index: int, entry: str) -> Simulated | None:
-        """A kernel simulated before kernel `index` that began with the same L2 (`entry`)
-        and whose program has the same shape, if any."""
+    def earlier(self, index: int, entry: str, own_entry: str) -> Simulated | None:
+        """A kernel simulated before kernel `index` whose program has the same shape and
+        that began with the same L2 (`entry`), or with the same lines of its own tensors
+        (`own_entry`) and evicted all the others, if any."""
         shape: str | None = UNDIGESTED
-        for candidate in self.by_entry.get(entry, ()):
+        candidates = (*self.by_entry.get(entry, ()), *self.by_own_entry.get(own_entry, ()))
+        for candidate in candidates:
             if shape == UNDIGESTED:
                 kernel = self.program.kernels[index]
                 shape = self.digest(kernel, layout(kernel, self.program))
@@ -178,20 +195,40 @@ class Replays:
         digest.update(repr(layout).encode())
         return digest.hexdigest()
 
+    def simulated(
+        self,
+        kernel: KernelProgram,
+        logs: Sequence[PipeLog],
+        span: KernelSpan,
+        peaks: dict[str, int],
+        before: tuple[list[tuple], int, int],
+        after: tuple[list[tuple], int, int],
+        own_entry: str,
+    ) -> None:
+        """Keep a kernel just simulated (L2 `before` and `after` it: L2Cache.state) for later
+        ones to replay."""
+        shape = layout(kernel, self.program)
+        self.keep(
+            Simulated(kernel, shape, logs, span, peaks, before, after, self.serial, own_entry)
+        )
+
     def keep(self, simulated: Simulated) -> None:
-        """Keep a kernel just simulated for later ones to replay."""
+        """Keep a kernel simulated, in this run or one before, for later ones to replay."""
         self.by_entry.setdefault(simulated.span.entry[0], []).append(simulated)
+        if simulated.evicted_all_others:
+            self.by_own_entry.setdefault(simulated.own_entry, []).append(simulated)
 
     def done(self) -> None:
         """Hand the next run on this hardware what this one simulated or replayed (not all
         it was handed: a request's steps, or a sweep's points, keep only what still
         serves), with the digests' numbering and the queues digested so far."""
-        handed: dict[str, list[Simulated]] = {}
-        for kept in self.by_entry.values():
-            for simulated in kept:
-                if simulated.run == self.serial or simulated in self.used:
-                    handed.setdefault(simulated.span.entry[0], []).append(simulated)
-        sources = {id(s.kernel.copy_of or s.kernel) for kept in handed.values() for s in kept}
+        handed = [
+            simulated
+            for kept in self.by_entry.values()
+            for simulated in kept
+            if simulated.run == self.serial or simulated in self.used
+        ]
+        sources = {id(s.kernel.copy_of or s.kernel) for s in handed}
         queues = {key: kept for key, kept in self.queues.items() if key in sources}
         Replays._last = (self.hardware, handed, self.numbers, queues)
 

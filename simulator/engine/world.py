@@ -49,7 +49,7 @@ from ..schedule.sampling import Extension, KernelSampling, Load, Skip, extension
 from .bandwidth import channel
 from .l2cache import L2Cache
 from .occupancy import TIME_BITS, kernel_peaks
-from .replay import Replays, Simulated, layout
+from .replay import Replays
 from .trace import LOGGED, KernelSpan, PipeLog, Trace
 from .transfer import AfterTheCycle, EngineQueue, TransferInFlight, landing_delay
 
@@ -172,6 +172,7 @@ class World:
         self.kernel_started = 0  # the cycle the running kernel's cores began
         self.kernel: KernelProgram | None = None  # the running kernel
         self.entry = ("", 0)  # what the running kernel began with (KernelSpan.entry)
+        self.own = ""  # and as its own tensors see it (L2Cache.own_state): its replays' too
         # per skip not yet warmed: the cycle each core got past it, what the cores past it
         # touched since, and every core's skip there (see warm)
         self.past_skips: dict[int, tuple[dict[int, int], list[Region], dict[int, Skip]]] = {}
@@ -272,7 +273,7 @@ class World:
         for index, kernel in enumerate(self.program.kernels):
             start = yield from self._launch(index, kernel)
             replays = self.replays
-            earlier = None if replays is None else replays.earlier(index, self.entry[0])
+            earlier = None if replays is None else replays.earlier(index, self.entry[0], self.own)
             if earlier is not None:  # it begins as an earlier kernel did (engine/replay.py)
                 logs, span = replays.replay(
                     earlier, index, start, self.kernel_started, self.entry, self.l2
@@ -304,19 +305,8 @@ class World:
             ends = [done.value for done in cores_done]
             peaks = yield from self._finish(index, kernel, start, first_log, ends)
             if replays is not None:
-                logs, after = self.pipe_logs[first_log:], self.l2.state()
-                replays.keep(
-                    Simulated(
-                        kernel,
-                        layout(kernel, self.program),
-                        logs,
-                        self.spans[-1],
-                        peaks,
-                        l2_before,
-                        after,
-                        replays.serial,
-                    )
-                )
+                logs, span = self.pipe_logs[first_log:], self.spans[-1]
+                replays.simulated(kernel, logs, span, peaks, l2_before, self.l2.state(), self.own)
         if replays is not None:
             replays.done()
 
@@ -330,6 +320,7 @@ class World:
         self.kernel = kernel
         ahead = (later.touched_tensors for later in self.program.kernels[index:])
         self.entry = (self.l2.entry_state(ahead), host_lead_cycles(index, start, self.hw))
+        self.own = self.l2.own_state(kernel.touched_tensors) if self.replays is not None else ""
         return start
 
     def _finish(
