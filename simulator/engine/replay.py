@@ -131,15 +131,10 @@ class Simulated:
     l2_after: tuple[list[tuple], int, int]  # and as it ended
     run: int  # the run that simulated it (Replays.serial)
     own_entry: str  # the L2 it began with as its own tensors see it (L2Cache.own_state)
+    # whether it left in L2 only lines of its own tensors: then a kernel that begins with
+    # the same own state, whatever the other lines were, runs as it ran and leaves what it left
+    evicted_all_others: bool
     shape: str | None = UNDIGESTED  # its queues and layout digested (Replays.digest)
-
-    @property
-    def evicted_all_others(self) -> bool:
-        """Whether it left in L2 only lines of its own tensors: then a kernel that begins
-        with the same own state (L2Cache.own_state), whatever the other lines were, runs as
-        it ran and leaves what it left."""
-        touched = set(self.kernel.touched_tensors)
-        return all(tensor in touched for (tensor, _), _, _ in self.l2_after[0])
 
 
 class Replays:
@@ -207,9 +202,13 @@ class Replays:
     ) -> None:
         """Keep a kernel just simulated (L2 `before` and `after` it: L2Cache.state) for later
         ones to replay."""
+        touched = set(kernel.touched_tensors)
+        alone = all(tensor in touched for (tensor, _), _, _ in after[0])
         shape = layout(kernel, self.program)
         self.keep(
-            Simulated(kernel, shape, logs, span, peaks, before, after, self.serial, own_entry)
+            Simulated(
+                kernel, shape, logs, span, peaks, before, after, self.serial, own_entry, alone
+            )
         )
 
     def keep(self, simulated: Simulated) -> None:
