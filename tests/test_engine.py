@@ -612,3 +612,27 @@ def test_a_kernel_that_met_its_own_lines_as_an_earlier_one_did_is_replayed_recor
         prefill.kernels[-1].run_cycle
     )
     _assert_same_run(decode, simulate_program(program, tiny, replay=False), program, tiny)
+
+
+def test_lowering_a_matmul_frees_each_cores_drafts_once_its_program_is_built(monkeypatch):
+    """Lowering holds the drafts of one core at a time: holding a whole kernel's took three
+    times the memory of its program (qwen2-7b's 2048-token prefill layer on h100: 342 MB
+    to lower a program of 121 MB)."""
+    import gc
+    import weakref
+
+    from simulator.config.hardware import load_hardware
+    from simulator.schedule import lower
+
+    made: list[weakref.ref] = []
+
+    class Watched(lower.CoreBuilder):
+        def __init__(self) -> None:
+            gc.collect()
+            assert all(ref() is None for ref in made), "an earlier core's drafts are held"
+            super().__init__()
+            made.append(weakref.ref(self))
+
+    monkeypatch.setattr(lower, "CoreBuilder", Watched)
+    lower_workload(matmul_workload(load_hardware("ascend910"), 1024, 1024, 1024))
+    assert len(made) == 32  # a core each

@@ -180,7 +180,7 @@ def lower_matmul(
             hw.memories["L2"].capacity_bytes,
             lambda region: region_bytes(region, tensors[region.tensor]),
         )
-    cores = tuple(b.emit(*order, last).build() for b, order in zip(builders, orders))
+    cores = tuple(b.emit(*order, last) for b, order in zip(builders, orders))
     sampling = None
     windows = tuple(Window(core, *w) for core, b in enumerate(builders) for w in b.windows)
     if windows:
@@ -266,7 +266,9 @@ class _MatmulCore:
 
     def emit(self, blocks: list[Block], row_starts: list[int], last: int):
         """The core's program for its blocks (block_order.core_blocks), the `last` of them
-        kept whole when sampled (sampling.covering_tail)."""
+        kept whole when sampled (sampling.covering_tail), built: its drafts are freed before
+        the next core's are made (a kernel's cores' drafts at once took three times the
+        memory of its program)."""
         t, shape = self.t, self.shape
         core = self.core = CoreBuilder()
         chunk_k = self.chunk_k
@@ -298,7 +300,9 @@ class _MatmulCore:
                 t.base_n,
             )
         self._emit_steps(self._plan_steps(blocks, row_starts, last))
-        return core
+        program = core.build()
+        del self.core, self.chain, self.l1_a, self.l1_b, self.l0_a, self.l0_b, self.l0_c
+        return program
 
     def _plan_steps(self, blocks: list[Block], row_starts: list[int], last: int) -> list[_Step]:
         """Each (block, K chunk) the core lowers, with the L1 chunks it needs and whether each

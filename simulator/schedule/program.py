@@ -28,9 +28,9 @@ UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
 _T = TypeVar("_T")
 
 
-# Each instruction costs about 350 bytes while the program is built and run (measured: the
-# 1.69 M-instruction LLaMA-2-7B 2048-token prefill layer on a100 peaked at 0.60 GB, lowering
-# 0.39 GB of it): past this many, about 2.8 GB, a run would exhaust a laptop's memory long
+# Each instruction costs about 200 bytes while the program is built and run (measured: the
+# 1.69 M-instruction LLaMA-2-7B 2048-token prefill layer on a100 peaked at 0.39 GB, lowering
+# 0.19 GB of it): past this many, about 1.6 GB, a run would exhaust a laptop's memory long
 # before it finished, so it is refused up front.
 # Four layers of a 2048-token LLaMA-2-7B prefill on a100, infer's first run, need 6.6 M.
 MAX_INSTRUCTIONS = 8_000_000
