@@ -248,7 +248,15 @@ class Replays:
         l2.warmed = {renamed[tensor]: list(found) for tensor, found in earlier.span.warmed.items()}
         shift = run - earlier.span.run_cycle
         logs = [
-            PipeLog(index, log.core, log.pipe, _Queue(kernel, log), log.logged, log.shift + shift)
+            PipeLog(
+                index,
+                log.core,
+                log.pipe,
+                _Queue(kernel, log),
+                log.logged,
+                log.shift + shift,
+                log.width,
+            )
             for log in earlier.logs
         ]
         was = earlier.span

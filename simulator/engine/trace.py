@@ -54,13 +54,16 @@ LOGGED = (
 
 
 CYCLES = ("start_cycle", "end_cycle")  # the LOGGED fields that are points in time
+# a pipe with no global transfer logs only these first LOGGED fields (the rest are 0): three
+# quarters of a matmul's instructions are its MTE1 moves and Cube calls
+ON_CHIP = 4
 
 
 @dataclass(frozen=True)
 class PipeLog:
-    """What one pipe of one core executed: its instructions in order and, flat, the LOGGED
-    ints of each. A replayed kernel's logs share the logged ints of the kernel it ran as,
-    its cycles `shift` later (engine/replay.py)."""
+    """What one pipe of one core executed: its instructions in order and, flat, the first
+    `width` LOGGED ints of each (the rest are 0: ON_CHIP). A replayed kernel's logs share
+    the logged ints of the kernel it ran as, its cycles `shift` later (engine/replay.py)."""
 
     kernel: int
     core: int
@@ -68,17 +71,29 @@ class PipeLog:
     instrs: Sequence[Instruction]
     logged: MutableSequence[int]  # LOGGED ints, flat (an int64 array), cycles `shift` early
     shift: int = 0
+    width: int = len(LOGGED)
+
+    @property
+    def executed(self) -> int:
+        """How many instructions it executed."""
+        return len(self.logged) // self.width
 
     def column(self, field: str) -> Sequence[int]:
         """One LOGGED field of every executed instruction."""
-        column = self.logged[LOGGED.index(field) :: len(LOGGED)]
+        index = LOGGED.index(field)
+        if index >= self.width:
+            return array("q", bytes(8 * self.executed))
+        column = self.logged[index :: self.width]
         if self.shift and field in CYCLES:
             return array("q", (value + self.shift for value in column))
         return column
 
     def records(self) -> Iterator[Record]:
         """The Record of each executed instruction, in the order the pipe ran them."""
-        rows = zip(*[iter(self.logged)] * len(LOGGED))
+        rest = (0,) * (len(LOGGED) - self.width)  # of a pipe that logs ON_CHIP fields only
+        rows: Iterator[tuple[int, ...]] = zip(*[iter(self.logged)] * self.width)
+        if rest:
+            rows = (row + rest for row in rows)
         shift = self.shift
         for instr, (start, end, wait_data, wait_slot, wait_bandwidth, hit, hbm) in zip(
             self.instrs, rows

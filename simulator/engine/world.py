@@ -50,7 +50,7 @@ from .bandwidth import channel
 from .l2cache import L2Cache
 from .occupancy import TIME_BITS, kernel_peaks
 from .replay import Replays
-from .trace import LOGGED, KernelSpan, PipeLog, Trace
+from .trace import LOGGED, ON_CHIP, KernelSpan, PipeLog, Trace
 from .transfer import AfterTheCycle, EngineQueue, TransferInFlight, landing_delay
 
 # The longest run the simulator follows (its occupancy check needs 2 x cycle + 1 < 2**41):
@@ -86,6 +86,7 @@ class _Pipe:
         "blocked",
         "transfers",
         "landed_at",
+        "width",
     )
 
     def __init__(
@@ -93,6 +94,8 @@ class _Pipe:
     ):
         self.name, self.queue, self.position, self.clock = name, queue, 0, clock
         self.logged = array("q")  # see LOGGED: 8 bytes an int, where a list holds ~36
+        # how many LOGGED ints an instruction leaves: a pipe with no global transfer, ON_CHIP
+        self.width = len(LOGGED) if GlobalTransfer in set(map(type, queue)) else ON_CHIP
         self.depth = depth
         self.in_flight = 0
         self.blocked = False  # waits for a transfer of its own to land
@@ -239,7 +242,7 @@ class World:
         )
 
     def instructions_executed(self) -> int:
-        return sum(len(log.logged) for log in self.pipe_logs) // len(LOGGED)
+        return sum(log.executed for log in self.pipe_logs)
 
     def diagnose_deadlock(self) -> str:
         """Which pipes wait on which flag, and which instruction would have set it."""
@@ -297,7 +300,7 @@ class World:
                 )
                 cores_done.append(state.done)
                 self.pipe_logs += (
-                    PipeLog(index, core_index, pipe.name, pipe.queue, pipe.logged)
+                    PipeLog(index, core_index, pipe.name, pipe.queue, pipe.logged, 0, pipe.width)
                     for pipe in state.pipes
                 )
                 self._move(state)
@@ -543,7 +546,12 @@ class World:
             if flag.waiter is not None:
                 state.ready.append(flag.waiter)
                 flag.waiter = None
-        pipe.logged.extend((start, end, wait_data, wait_slot, bandwidth_wait, hit_bytes, hbm_bytes))
+        if pipe.width == ON_CHIP:
+            pipe.logged.extend((start, end, wait_data, wait_slot))
+        else:
+            pipe.logged.extend(
+                (start, end, wait_data, wait_slot, bandwidth_wait, hit_bytes, hbm_bytes)
+            )
 
     def _fold_peaks(self, peaks: dict[str, int]) -> None:
         """Fold the most bytes each buffer held on any core of a kernel (its `peaks`:
