@@ -636,3 +636,16 @@ def test_lowering_a_matmul_frees_each_cores_drafts_once_its_program_is_built(mon
     monkeypatch.setattr(lower, "CoreBuilder", Watched)
     lower_workload(matmul_workload(load_hardware("ascend910"), 1024, 1024, 1024))
     assert len(made) == 32  # a core each
+
+
+def test_cores_that_stage_the_same_block_load_it_with_one_instruction(tiny):
+    """Equal drafts build one instruction: two cores side by side in the N split stage the
+    same A blocks with equal loads, shared, and their own B blocks with loads of their own
+    (a 2048-token prefill layer on h100: 495,091 instructions made, 55,194 now)."""
+    tiling = {"base": {"m": 32, "n": 32, "k": 32}, "split": {"m": 1, "n": 2}}
+    program = lower_workload(matmul_workload(tiny, 64, 64, 64, tiling=tiling))
+    first, second = (core.queues["MTE2"] for core in program.kernels[0].cores)
+    pairs = list(zip(first, second, strict=True))
+    assert all(a is b for a, b in pairs if a.label.startswith("load A"))
+    assert all(a is not b for a, b in pairs if a.label.startswith("load B"))
+    assert {a.label.split()[1] for a, _ in pairs} == {"A", "B"}

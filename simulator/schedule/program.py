@@ -28,10 +28,10 @@ UTILIZATION_KEYS = (*(UNIT_OF_PIPE.get(p, p) for p in PIPES), "HBM", "L2")
 _T = TypeVar("_T")
 
 
-# Each instruction costs about 200 bytes while the program is built and run (measured: the
-# 1.69 M-instruction LLaMA-2-7B 2048-token prefill layer on a100 peaked at 0.39 GB, lowering
-# 0.19 GB of it): past this many, about 1.6 GB, a run would exhaust a laptop's memory long
-# before it finished, so it is refused up front.
+# Each instruction costs about 150 bytes while the program is built and run, mostly what its
+# run logs (measured: the 1.69 M-instruction LLaMA-2-7B 2048-token prefill layer on a100 took
+# 0.26 GB, lowering 0.09 GB of it): past this many, about 1.2 GB, a run would exhaust a
+# laptop's memory long before it finished, so it is refused up front.
 # Four layers of a 2048-token LLaMA-2-7B prefill on a100, infer's first run, need 6.6 M.
 MAX_INSTRUCTIONS = 8_000_000
 
@@ -168,17 +168,18 @@ class Draft:
 
     def build(self) -> Instruction:
         if self._built is None:
-            self._built = self.kind(
+            self._built = _instruction(
+                self.kind,  # type: ignore[arg-type]  # a class hashes (mypy: not a frozen one)
                 self.pipe,
                 self.label,
-                nbytes=self.nbytes,
-                reads=_shared(self.reads),
-                writes=_shared(self.writes),
-                waits=_shared(tuple(self.waits)),
-                sets=_shared(tuple(self.sets)),
-                acquire=_shared(self.acquire),
-                release=_shared(tuple(self.release)),
-                **self.fields,
+                self.nbytes,
+                _shared(self.reads),
+                _shared(self.writes),
+                _shared(tuple(self.waits)),
+                _shared(tuple(self.sets)),
+                _shared(self.acquire),
+                _shared(tuple(self.release)),
+                tuple(self.fields.items()),
             )
         return self._built
 
@@ -190,6 +191,36 @@ def _shared(value: _T) -> _T:
     regions. Shared (and labels interned), an instruction of a 2048-token prefill layer
     takes 233 bytes of the program, against 455."""
     return value
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _instruction(
+    kind: type[Instruction],
+    pipe: str,
+    label: str,
+    nbytes: int,
+    reads: tuple[tuple[str, int], ...],
+    writes: tuple[tuple[str, int], ...],
+    waits: tuple[int, ...],
+    sets: tuple[int, ...],
+    acquire: tuple[str, int] | None,
+    release: tuple[tuple[str, int], ...],
+    fields: tuple[tuple[str, Any], ...],
+) -> Instruction:
+    """One instruction for every equal draft: the cores of a kernel that stage the same
+    block (a row of cores its A, a column its B) do it with equal loads."""
+    return kind(
+        pipe,
+        label,
+        nbytes=nbytes,
+        reads=reads,
+        writes=writes,
+        waits=waits,
+        sets=sets,
+        acquire=acquire,
+        release=release,
+        **dict(fields),
+    )
 
 
 def transfer_packets(instr: GlobalTransfer, program: Program, packet_bytes: int) -> int:
