@@ -93,8 +93,8 @@ def infer(
     of more than `work_limit` layer-steps (layers simulated x steps; None: no limit) is
     refused before it starts. `sample` simulates a matmul's repeating K chunks or blocks in part
     (schedule/sampling.py; ignored with `exact`): not yet the default, as a sampled run is
-    not yet within 1% of the exact one everywhere (a 64-token request on h100: TTFT 1.5%
-    fast)."""
+    not yet within 1% of the exact one everywhere (the HBM bytes of kernels whose operands
+    nearly fill L2: a 512-token prefill layer on h200, 13% low)."""
     if isinstance(model, str):
         model = load_model(model)
     if isinstance(hardware, str):
@@ -240,8 +240,8 @@ def infer(
     errors = [e for e in sampled_error if e is not None]
     if errors:
         method += (
-            "; matmul K chunks and blocks simulated in part, those that repeat a measured "
-            f"window extrapolated from it (error estimate up to {100 * max(errors):.2g}% "
+            "; matmul K chunks and blocks simulated in part, those between two measured "
+            f"windows extrapolated from them (error estimate up to {100 * max(errors):.2g}% "
             "of a run's time; --exact simulates them all)"
         )
     notes = [

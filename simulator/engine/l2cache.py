@@ -214,11 +214,9 @@ class L2Cache:
         """Read (or write: True) regions in turn as transfers that took no time, so that L2
         holds what they would have left (the units a sampled kernel did not simulate); what
         the reads found and fetched is kept per tensor in `warmed`, not in the lookups'
-        counts. `recent`: regions touched since that would have come after them, kept the
-        most recently used (made so before the warm, so that it evicts them last, and
-        after)."""
+        counts. `recent`: regions touched since that would have come after them, held
+        again afterwards, the most recently used (a warm larger than L2 evicts them)."""
         hits, misses = self.hits, self.misses
-        self._refresh(recent)
         for region, written in touches:
             if written:
                 self.write(region)
@@ -227,17 +225,9 @@ class L2Cache:
             found = self.warmed.setdefault(region.tensor, [0, 0])
             found[0] += hit_bytes
             found[1] += fetch_bytes
-        self._refresh(recent)
+        for region in recent:
+            self.read(region, _LANDED)
         self.hits, self.misses = hits, misses
-
-    def _refresh(self, regions: Sequence[Region]) -> None:
-        """Make the granules of `regions` still held the most recently used, in turn."""
-        lines = self.lines
-        for region in regions:
-            for piece in self._cut(region)[0]:
-                key = (region.tensor, piece[0])
-                if key in lines:
-                    lines.move_to_end(key)
 
     def write(self, region: Region) -> None:
         """Write-through with allocate: the written cells become present and recently used."""

@@ -153,8 +153,6 @@ class TransferInFlight:
         rate = world.shaped(instr, rate)
         self.fill = self.in_flight = None
         if src == "HBM":
-            if instr.warms >= 0:  # a sampled kernel skipped units just before
-                world.warm(instr.warms, self.order[1])
             self.fill = _Fetch()
             self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region, self.fill)
             factor = world.program.read_factor(instr.region.tensor)

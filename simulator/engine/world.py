@@ -443,15 +443,20 @@ class World:
         batch.append(transfer)
 
     def _begin_batch(self, cycle: int, _event) -> None:
-        for transfer in sorted(self.beginning.pop(cycle), key=attrgetter("order")):
+        batch = sorted(self.beginning.pop(cycle), key=attrgetter("order"))
+        for transfer in batch:  # cores that reach a skip together: each finds L2 warmed
+            if transfer.instr.warms >= 0:
+                self.warm(transfer.instr.warms, transfer.order[1])
+        for transfer in batch:
             transfer.begin()
 
     def warm(self, group: int, core: int) -> None:
         """The last core to reach the `group`-th skip of a sampled kernel warms L2 with what
         the skipped units touched on every core, in the order the cores would have run them
-        (schedule/sampling.py). The cores that got there before it ran on, where they would
-        have run the skipped units first: what they touched since is kept the most recent
-        in L2 (the warm neither evicts it nor leaves it older)."""
+        (schedule/sampling.py), before any core that reached it in the same cycle looks L2
+        up (_begin_batch). The cores that got there before it ran on, where they would have
+        run the skipped units first: what they touched since is kept the most recent in L2
+        (the warm neither evicts it nor leaves it older)."""
         sampling = None if self.kernel is None else self.kernel.sampling
         if sampling is None:
             return
@@ -546,12 +551,8 @@ class World:
             if flag.waiter is not None:
                 state.ready.append(flag.waiter)
                 flag.waiter = None
-        if pipe.width == ON_CHIP:
-            pipe.logged.extend((start, end, wait_data, wait_slot))
-        else:
-            pipe.logged.extend(
-                (start, end, wait_data, wait_slot, bandwidth_wait, hit_bytes, hbm_bytes)
-            )
+        logged = (start, end, wait_data, wait_slot, bandwidth_wait, hit_bytes, hbm_bytes)
+        pipe.logged.extend(logged[: pipe.width])
 
     def _fold_peaks(self, peaks: dict[str, int]) -> None:
         """Fold the most bytes each buffer held on any core of a kernel (its `peaks`:

@@ -53,6 +53,7 @@ from .sampling import (
     CLOSES,
     OPENS,
     KernelSampling,
+    Measured,
     SamplePlan,
     Skip,
     Touch,
@@ -148,6 +149,7 @@ class _Step(NamedTuple):
     window: str = ""  # a sampled kernel's measured window: "opens" or "closes" at this chunk
     skipped: tuple[tuple[Touch, ...], ...] = ()  # what the units skipped just before touched
     plan: SamplePlan | None = None  # the sampling its window belongs to
+    measured: Measured | None = None  # which of the plan's windows
 
 
 def lower_matmul(
@@ -237,9 +239,8 @@ class _MatmulCore:
         self.plan = plan  # the K chunks each block lowers, when sampled
         self.chunk_k = t.base_k * t.step_k
         self.by_blocks = by_blocks  # each row's blocks block_plan keeps, when sampled
-        # per window: per pipe, the queue positions of its instructions; skipped; width;
-        # how many times it runs (a K-chunk window in a window of blocks: 1 + theirs); unit
-        self.windows: list[tuple[dict[str, tuple[int, int]], int, int, int, str, int]] = []
+        # per measured window, the fields of its sampling.Window after the core
+        self.windows: list[tuple[dict[str, tuple[int, int]], int, int, int, str, int, bool]] = []
         self.skips: list[Skip] = []  # what each skip's units touched, in order
         self.chunks_run = [0, 0]  # K chunks of the core's blocks: all, and those lowered
         self.times = 1  # how many chunks the chunk being lowered counts for (sampling.py)
@@ -315,20 +316,20 @@ class _MatmulCore:
         chosen = (
             kept_blocks(shapes, row_starts, len(every), last)
             if self.by_blocks
-            else ((block, None, "", range(0)) for block in range(len(blocks)))
+            else ((block, None, "", None, range(0)) for block in range(len(blocks)))
         )
-        for block, of_blocks, mark, skipped_blocks in chosen:
+        for block, of_blocks, mark, of_window, skipped_blocks in chosen:
             b, rows, cols, cell_cols = blocks[block]
             for index, chunk in enumerate(kept_chunks):
                 depth = self._depth(chunk)
                 keys = self._regions(b, rows, cols, depth)
                 fresh = [staged.get(side) != key for side, key in enumerate(keys)]
                 staged.update(enumerate(keys))
-                plan, window = None, ""
-                if self.plan is not None and self.plan.mark(index):  # a window of K chunks
-                    plan, window = self.plan, self.plan.mark(index)
+                chunk_at = (b, rows, cols, depth, keys, fresh, cell_cols)
+                window, measured = self.plan.mark(index) if self.plan else ("", None)
+                plan = self.plan if measured else None  # a window of K chunks
                 if (index, mark) in ((0, OPENS), (len(kept_chunks) - 1, CLOSES)):  # of blocks
-                    plan, window = of_blocks, mark
+                    plan, window, measured = of_blocks, mark, of_window
                 gaps = () if self.plan is None else self.plan.skipped_before(index)
                 skipped = tuple(self._touches(blocks[block], gap) for gap in gaps)
                 if index == 0:  # after the blocks skipped just before (its chunks skip none)
@@ -337,9 +338,7 @@ class _MatmulCore:
                         for gap in skipped_blocks
                         for k in every
                     )
-                steps.append(
-                    _Step(b, rows, cols, depth, keys, fresh, cell_cols, window, skipped, plan)
-                )
+                steps.append(_Step(*chunk_at, window, skipped, plan, measured))
         self.chunks_run = [len(blocks) * len(every), len(steps)]
         return steps
 
@@ -390,18 +389,21 @@ class _MatmulCore:
                 last_use[(side, current)] = index
         slot_of = {}
         acc_slots: list[int] = []
-        # the windows open (a window of blocks may hold K-chunk windows): queue positions
-        opened: dict[int, tuple[dict[str, int], SamplePlan]] = {}  # by id of their plan
+        # the windows open (a window of blocks may hold K-chunk windows): queue positions,
+        # and the skip the units it stands for lie at (a late window: the one just passed)
+        opened: dict[int, tuple[dict[str, int], int]] = {}  # by id of their Measured
         for index, step in enumerate(steps):
-            b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1), window, skipped, plan = step
+            b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1), window, skipped = step[:9]
+            plan, measured = step.plan, step.measured
             rows, cols = bm1 - bm, bn1 - bn
             warms = -1  # the skip whose reads the chunk's first load warms L2 with
             if skipped:
                 self.skips.append(Skip(index, skipped))
                 warms = len(self.skips) - 1
-            if window == OPENS and plan is not None:
-                opened[id(plan)] = ({pipe: len(q) for pipe, q in core.queues.items()}, plan)
-                self.times *= 1 + plan.skipped
+            if window == OPENS and measured is not None:
+                skip = len(self.skips) - 1 if measured.late else len(self.skips)
+                opened[id(measured)] = ({pipe: len(q) for pipe, q in core.queues.items()}, skip)
+                self.times *= 1 + measured.skipped
             for side, region in enumerate(keys):
                 if fresh[side]:
                     elem = self.shape.a_bytes if side == 0 else self.shape.b_bytes
@@ -426,17 +428,18 @@ class _MatmulCore:
             acc_slots = self._chunk(rows, cols, kc, kc1, sides, acc_slots)
             if kc1 == self.shape.k:
                 self._drain(b, bm, rows, bn, cols, acc_slots, n0, n1)
-            if window == CLOSES and plan is not None:  # after the drain of a closing block
-                starts, _ = opened.pop(id(plan))
+            if window == CLOSES and measured is not None and plan is not None:  # after a drain
+                starts, skip = opened.pop(id(measured))
                 spans = {
                     pipe: (start, len(core.queues[pipe]))
                     for pipe, start in starts.items()
                     if len(core.queues[pipe]) > start
                 }
-                repeats = self.times // (1 + plan.skipped)  # the windows around it
+                repeats = self.times // (1 + measured.skipped)  # the windows around it
                 unit = "chunk" if plan is self.plan else "block"
-                skip = len(self.skips)  # the units it stands for are skipped next
-                self.windows.append((spans, plan.skipped, plan.width, repeats, unit, skip))
+                self.windows.append(
+                    (spans, measured.skipped, plan.width, repeats, unit, skip, measured.late)
+                )
                 self.times = repeats
 
     def _chunk(

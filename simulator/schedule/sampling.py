@@ -6,17 +6,22 @@ blocks that do the same work on other columns (or rows). Lowering samples both:
 
 - a block of many K chunks (`chunk_plan`): its first WARM_UP_CHUNKS are simulated (the
   pipeline fills, the first reads find what was left in L2, cores drift apart), then a
-  window of WINDOW_CHUNKS that is measured, and the tail (the last chunk may be short, and
-  the block's drain follows it); the chunks between are not lowered;
+  window of WINDOW_CHUNKS that is measured, and at its end a second window and the tail
+  (the last chunk may be short, and the block's drain follows it); the chunks between the
+  windows are not lowered;
 - a row of many blocks (`kept_blocks`, `block_plan`): its first blocks, a window of
-  whole blocks (as wide as the period of the blocks' shapes: an edge block may be cut) and
-  its last block; the blocks between, with their drains, are not lowered (the chunks of
+  whole blocks (as wide as the period of the blocks' shapes: an edge block may be cut), a
+  second window and its last block; the blocks between the windows, with their drains,
+  are not lowered (the chunks of
   the blocks kept are sampled as above: a window of chunks inside a window of blocks
   stands for its chunks in every block that window stands for). Each row is sampled on
   its own: its blocks share one operand and find the other as the row before left it in
   L2, so a window stands only for blocks of its own row.
 
-What is not lowered is taken to repeat the window `skipped` times over:
+What is not lowered is taken to repeat the windows, each `skipped` times over: half the
+units between the two windows run at the first's pace and half at the second's, as their
+pace goes from one to the other (a GEMM streaming its weights evicts, part way, what its
+first chunks found in L2, and its later chunks wait on HBM):
 
 - time (`extension_cycles`, called by the engine at the kernel's end): each core adds its
   skipped windows at its pace (the mean of the n-th windows of all cores, plus the part of
@@ -31,16 +36,19 @@ What is not lowered is taken to repeat the window `skipped` times over:
   busy cycles and stalls), so bytes stay whole and conserved, except that what the skipped
   reads found in L2 or fetched from HBM splits as their warming reads did;
 - L2: the first load after a skip, on the last core to get there (so that no core's window
-  loses what a peer fetched for it), warms L2 with what the skipped units touched on every
+  loses what a peer fetched for it; cores that get there in the same cycle look L2 up
+  after it), warms L2 with what the skipped units touched on every
   core (their reads, their blocks' stores), in the order the cores would have run them
   (`warm_order`: side by side, each from the cycle it got there); what the cores that got
-  there first touched since stays the most recently used (they would have touched it after
-  the skipped units), so later reads and later kernels find what the skipped units would
-  have left.
+  there first touched since is held again after it, the most recently used (they would have
+  touched it after the skipped units), so later reads and later kernels find what the
+  skipped units would have left.
 
 The error estimate: per n-th window, twice the standard deviation of a window by chance and
-of the mean, times the windows skipped; plus whatever the HBM floor added. Exact runs (and
-the reference twin) lower every chunk.
+of the mean, times the windows skipped; plus, per pair of windows, the difference of their
+mean paces times the windows the larger half stands for (the pace between them lies
+anywhere between theirs); plus whatever the HBM floor added. Exact runs (and the reference
+twin) lower every chunk.
 """
 
 from __future__ import annotations
@@ -72,21 +80,40 @@ Unit = TypeVar("Unit")
 
 
 @dataclass(frozen=True, slots=True)
+class Measured:
+    """A measured window of a plan: kept[first : first + width] (the plan's width), standing
+    for `skipped` windows of the units skipped next to it: after it, or (`late`) before it."""
+
+    first: int
+    skipped: int
+    late: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class SamplePlan:
     """Which repeating units (a block's K chunks, or a row's blocks) are simulated: `kept`
-    (indices, in order), of which kept[window : window + width] are measured and stand for
-    `skipped` more windows of units that are not simulated."""
+    (indices, in order), in which two windows of `width` units are measured, one before the
+    units not simulated and one after them (`windows`): the skipped units' pace runs from
+    the first window's to the second's (a kernel streaming weights may evict, part way, what
+    its first chunks found in L2), so each window stands for half of them."""
 
     kept: tuple[int, ...]
-    window: int
     width: int
-    skipped: int
+    windows: tuple[Measured, Measured]
 
-    def mark(self, index: int) -> str:
-        """Whether the kept unit at `index` opens or closes the measured window."""
-        if index == self.window:
-            return OPENS
-        return CLOSES if index == self.window + self.width - 1 else ""
+    @property
+    def skipped(self) -> int:
+        """The windows of units not simulated."""
+        return sum(window.skipped for window in self.windows)
+
+    def mark(self, index: int) -> tuple[str, Measured | None]:
+        """Whether the kept unit at `index` opens or closes a measured window, and which."""
+        for window in self.windows:
+            if index == window.first:
+                return OPENS, window
+            if index == window.first + self.width - 1:
+                return CLOSES, window
+        return "", None
 
     def skipped_before(self, index: int) -> range:
         """The units not simulated just before the kept unit at `index`."""
@@ -94,14 +121,15 @@ class SamplePlan:
 
 
 def _plan(units: int, warm_up: int, width: int, tail: int) -> SamplePlan | None:
-    """Keep `warm_up` units, a window of `width`, at least `tail` last ones; skip whole
-    windows between."""
-    skipped = (units - warm_up - width - tail) // width
+    """Keep `warm_up` units, a window of `width`, and the last ones: a second window and at
+    least `tail` more; skip whole windows between the two windows."""
+    skipped = (units - warm_up - 2 * width - tail) // width
     if skipped < 1:
         return None
-    measured_end = warm_up + width
-    tail_start = measured_end + skipped * width
-    return SamplePlan((*range(measured_end), *range(tail_start, units)), warm_up, width, skipped)
+    early_end = warm_up + width
+    late_start = early_end + skipped * width
+    early, late = Measured(warm_up, skipped // 2), Measured(early_end, skipped - skipped // 2, True)
+    return SamplePlan((*range(early_end), *range(late_start, units)), width, (early, late))
 
 
 def chunk_plan(chunks: int) -> SamplePlan | None:
@@ -115,39 +143,42 @@ def block_plan(
 ) -> SamplePlan | None:
     """The sampled blocks of a row of blocks of `chunks` K chunks each, given each block's
     shape (its extent: an edge block may be cut), at least its last `tail` kept, or None
-    when no whole window could be skipped. The skipped blocks must repeat the window's
-    shapes in turn, so the window widens to the shapes' period (up to MAX_WINDOW_BLOCKS)."""
+    when no whole window could be skipped. The skipped blocks and the late window must
+    repeat the early window's shapes in turn, so the windows widen to the shapes' period (up
+    to MAX_WINDOW_BLOCKS)."""
     warm_up = max(WARM_UP_BLOCKS, -(-WARM_UP_CHUNKS // chunks))
     width = 2 * -(-WINDOW_CHUNKS // (2 * chunks))
     for wide in range(width, MAX_WINDOW_BLOCKS + 1, width):
         plan = _plan(len(shapes), warm_up, wide, tail)
         if plan is None:
             return None
-        window = shapes[plan.window : plan.window + wide]
-        skipped = range(plan.window + wide, plan.kept[plan.window + wide])
-        if all(shapes[i] == window[(i - plan.window) % wide] for i in skipped):
+        early, late = plan.windows
+        window = shapes[early.first : early.first + wide]
+        repeated = range(early.first + wide, plan.kept[late.first] + wide)  # to the late one
+        if all(shapes[i] == window[(i - early.first) % wide] for i in repeated):
             return plan
     return None
 
 
 def kept_blocks(
     shapes: Sequence[Hashable], rows: Sequence[int], chunks: int, last: int = 0
-) -> Iterator[tuple[int, SamplePlan | None, str, range]]:
+) -> Iterator[tuple[int, SamplePlan | None, str, Measured | None, range]]:
     """Each block a core lowers, sampled by blocks (of `chunks` K chunks; `shapes`: each
     one's extent), its `last` blocks all kept (`covering_tail`): its index, its row's plan
-    (None: the row runs whole), its place in the row's measured window, and the blocks
-    skipped just before it. A row (the blocks of a cell's inner loop; `rows`: the first
+    (None: the row runs whole), its place in a measured window of the row and which, and the
+    blocks skipped just before it. A row (the blocks of a cell's inner loop; `rows`: the first
     block of each) is sampled on its own: its blocks reuse one operand and meet the other
     as the row before left it in L2, so a window stands only for blocks of its own row."""
     for first, end in zip(rows, [*rows[1:], len(shapes)]):
         tail = max(TAIL_BLOCKS, end - max(first, len(shapes) - last))
         plan = block_plan(shapes[first:end], chunks, tail)
         if plan is None:
-            yield from ((block, None, "", range(0)) for block in range(first, end))
+            yield from ((block, None, "", None, range(0)) for block in range(first, end))
             continue
         for index, block in enumerate(plan.kept):
             gap = plan.skipped_before(index)
-            yield first + block, plan, plan.mark(index), range(first + gap.start, first + gap.stop)
+            place, window = plan.mark(index)
+            yield first + block, plan, place, window, range(first + gap.start, first + gap.stop)
 
 
 def covering_tail(
@@ -218,6 +249,7 @@ class Window:
     repeats: int = 1  # how many times it runs: a window of K chunks in a window of blocks
     unit: str = "chunk"  # what it measures: K chunks of a block, or blocks of a row
     skip: int = 0  # which of its core's skips (in order) the units it stands for lie at
+    late: bool = False  # measured after that skip (with the window before it, it stands for it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,7 +322,9 @@ def extension_cycles(
     shared (`loads`, one per window: `fluid_ends`); the kernel ends when its slowest core
     would, but never sooner than `floor_cycles` (its skipped units' HBM fetches at HBM's
     rate). The error: per n-th window, twice the standard deviation of a window by chance
-    and of the mean, times the windows skipped; plus what the relief took off (the cores'
+    and of the mean, times the windows skipped; plus, for a late window, how far its mean
+    is from the window before's, times the windows the larger of them stands for; plus
+    what the relief took off (the cores'
     pace once others end is modelled, not simulated), what the sharing given back to windows
     measured after peers ended added, and what the floor added. `bandwidths` (bytes per
     cycle of HBM and L2's port) say how busy each memory is: see fluid_ends."""
@@ -343,7 +377,8 @@ def _extend(
     # per core, per skip: the skipped windows' cycles side by side, and with no other core
     skips: dict[int, dict[int, list[float]]] = {}
     error = 0.0
-    for samples in paces.values():
+    means: dict[tuple[str, int], tuple[float, int]] = {}  # the mean, and the windows it stands for
+    for (unit, n), samples in paces.items():
         window_cycles = [duration for _, _, duration, _ in samples]
         mean = sum(window_cycles) / len(window_cycles)
         spread = sum((d - mean) ** 2 for d in window_cycles) / len(window_cycles)
@@ -351,6 +386,10 @@ def _extend(
         kept = 0.0 if spread <= noise else 1 - noise / spread  # of a core's own difference
         skipped = max(window.skipped * window.repeats for _, window, _, _ in samples)
         error += skipped * 2 * math.sqrt(noise + spread / len(window_cycles))
+        means[unit, n] = mean, skipped
+        if samples[0][1].late and (unit, n - 1) in means:  # the pace between the two windows
+            early_mean, early_skipped = means[unit, n - 1]
+            error += max(skipped, early_skipped) * abs(mean - early_mean)
         for index, window, duration, _ in samples:
             pace = mean + kept * (duration - mean)
             times = window.skipped * window.repeats
