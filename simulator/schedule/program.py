@@ -172,14 +172,14 @@ class Draft:
                 self.kind,  # type: ignore[arg-type]  # a class hashes (mypy: not a frozen one)
                 self.pipe,
                 self.label,
-                self.nbytes,
-                _shared(self.reads),
-                _shared(self.writes),
-                _shared(tuple(self.waits)),
-                _shared(tuple(self.sets)),
-                _shared(self.acquire),
-                _shared(tuple(self.release)),
-                tuple(self.fields.items()),
+                nbytes=self.nbytes,
+                reads=_shared(self.reads),
+                writes=_shared(self.writes),
+                waits=_shared(tuple(self.waits)),
+                sets=_shared(tuple(self.sets)),
+                acquire=_shared(self.acquire),
+                release=_shared(tuple(self.release)),
+                **self.fields,
             )
         return self._built
 
@@ -194,33 +194,10 @@ def _shared(value: _T) -> _T:
 
 
 @functools.lru_cache(maxsize=1 << 16)
-def _instruction(
-    kind: type[Instruction],
-    pipe: str,
-    label: str,
-    nbytes: int,
-    reads: tuple[tuple[str, int], ...],
-    writes: tuple[tuple[str, int], ...],
-    waits: tuple[int, ...],
-    sets: tuple[int, ...],
-    acquire: tuple[str, int] | None,
-    release: tuple[tuple[str, int], ...],
-    fields: tuple[tuple[str, Any], ...],
-) -> Instruction:
+def _instruction(kind: type[Instruction], pipe: str, label: str, **fields: Any) -> Instruction:
     """One instruction for every equal draft: the cores of a kernel that stage the same
     block (a row of cores its A, a column its B) do it with equal loads."""
-    return kind(
-        pipe,
-        label,
-        nbytes=nbytes,
-        reads=reads,
-        writes=writes,
-        waits=waits,
-        sets=sets,
-        acquire=acquire,
-        release=release,
-        **dict(fields),
-    )
+    return kind(pipe, label, **fields)
 
 
 def transfer_packets(instr: GlobalTransfer, program: Program, packet_bytes: int) -> int:
