@@ -47,6 +47,7 @@ from .program import (
     SlotRing,
     converted_in_l0b,
     operand_region,
+    share_afresh,
     transfer,
 )
 from .sampling import (
@@ -85,6 +86,7 @@ def lower(workload: Workload, plan: Plan, sample: bool = False) -> Program:
             "(a reshape or a slice is a view that moves no data); add an op "
             "that does"
         )
+    share_afresh()
     roles = tensor_roles(workload, plan)
     # split attention's partial outputs: written by one kernel, read by the next
     workspaces = [

@@ -193,11 +193,20 @@ def _shared(value: _T) -> _T:
     return value
 
 
-@functools.lru_cache(maxsize=1 << 16)
+@functools.lru_cache(maxsize=None)
 def _instruction(kind: type[Instruction], pipe: str, label: str, **fields: Any) -> Instruction:
-    """One instruction for every equal draft: the cores of a kernel that stage the same
-    block (a row of cores its A, a column its B) do it with equal loads."""
+    """One instruction for every equal draft of a program: the cores of a kernel that stage
+    the same block (a row of cores its A, a column its B) do it with equal loads. Every one:
+    the analysis sums a kernel's costs per instruction (its cost times its count), so were
+    some equal drafts left apart (a bounded cache), a report's last digits would depend on
+    what else the process had built."""
     return kind(pipe, label, **fields)
+
+
+def share_afresh() -> None:
+    """Begin a program: let the instructions of earlier ones go (kept, they would grow the
+    cache for the life of the process)."""
+    _instruction.cache_clear()
 
 
 def transfer_packets(instr: GlobalTransfer, program: Program, packet_bytes: int) -> int:
