@@ -30,7 +30,7 @@ import hashlib
 import itertools
 from array import array
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..config.hardware import Hardware
 from ..schedule.program import GlobalTransfer, Instruction, KernelProgram, Program, Transfer
@@ -248,15 +248,7 @@ class Replays:
         l2.warmed = {renamed[tensor]: list(found) for tensor, found in earlier.span.warmed.items()}
         shift = run - earlier.span.run_cycle
         logs = [
-            PipeLog(
-                index,
-                log.core,
-                log.pipe,
-                _Queue(kernel, log),
-                log.logged,
-                log.shift + shift,
-                log.width,
-            )
+            replace(log, kernel=index, instrs=_Queue(kernel, log), shift=log.shift + shift)
             for log in earlier.logs
         ]
         was = earlier.span

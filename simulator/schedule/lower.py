@@ -241,8 +241,7 @@ class _MatmulCore:
         self.plan = plan  # the K chunks each block lowers, when sampled
         self.chunk_k = t.base_k * t.step_k
         self.by_blocks = by_blocks  # each row's blocks block_plan keeps, when sampled
-        # per measured window, the fields of its sampling.Window after the core
-        self.windows: list[tuple[dict[str, tuple[int, int]], int, int, int, str, int, bool]] = []
+        self.windows: list[tuple] = []  # per measured window, its sampling.Window's but core
         self.skips: list[Skip] = []  # what each skip's units touched, in order
         self.chunks_run = [0, 0]  # K chunks of the core's blocks: all, and those lowered
         self.times = 1  # how many chunks the chunk being lowered counts for (sampling.py)
@@ -391,11 +390,10 @@ class _MatmulCore:
                 last_use[(side, current)] = index
         slot_of = {}
         acc_slots: list[int] = []
-        # the windows open (a window of blocks may hold K-chunk windows): queue positions,
-        # and the skip the units it stands for lie at (a late window: the one just passed)
-        opened: dict[int, tuple[dict[str, int], int]] = {}  # by id of their Measured
+        # by id of its Measured, each window open: its queue positions and its skip
+        opened: dict[int, tuple[dict[str, int], int]] = {}  # (a window of blocks holds some)
         for index, step in enumerate(steps):
-            b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1), window, skipped = step[:9]
+            b, (bm, bm1), (bn, bn1), (kc, kc1), keys, fresh, (n0, n1), window, skipped, *_ = step
             plan, measured = step.plan, step.measured
             rows, cols = bm1 - bm, bn1 - bn
             warms = -1  # the skip whose reads the chunk's first load warms L2 with
