@@ -672,6 +672,42 @@ def test_cores_that_reach_a_skip_in_one_cycle_all_find_l2_warmed(tiny):
     assert [log.column("hbm_bytes")[0] for log in trace.pipes] == [0, 0]  # the warm fetched it
 
 
+def test_a_core_past_a_skip_reads_the_l2_its_peers_skipped_units_left():
+    """A core past a skip would have run the skipped units first, and so would its peers: it
+    meets L2 as their skipped units left it, while a core not there yet meets it as it was
+    (before, the core past it found a block its peers' units would have evicted: G1, a
+    1024x10240x5120 GEMM on a100 whose A sits on L2's capacity edge, fetched A once sampled
+    and 4.1 times exact). When the last core passes, the chip's L2 is warmed as before, the
+    lookups made in the view count, and a fetch the view made still has to land (without
+    it, the followers of DG10's first core past its skip stopped waiting for its fetch, and
+    the kernel came out 10% slow)."""
+    from simulator.engine.l2cache import _LANDED
+    from simulator.engine.skips import Skips
+    from simulator.engine.transfer import _Fetch
+    from simulator.schedule.sampling import KernelSampling, Skip
+
+    l2 = L2Cache(32 * 1024, {"a": (64, 256, 2), "w": (1024, 256, 2)})
+    block = Region("a", 0, 16, 0, 256)
+    l2.read(block, _LANDED)
+    streamed = [((Region("w", row, row + 16, 0, 256), False),) for row in range(0, 1024, 16)]
+    per_core = ((Skip(1, tuple(streamed[:32])),), (Skip(1, tuple(streamed[32:])),))
+    skips = Skips(l2, KernelSampling(2, 2, (), per_core), 0)
+    skips.passed(0, 0, 100)
+    past, not_yet = skips.l2_of(0), skips.l2_of(1)
+    assert not_yet is l2 and past is not l2
+    fetch = _Fetch()
+    assert past.read(block, fetch)[:2] == (0, 16 * 256 * 2)  # 512 KiB through 32 KiB
+    assert not_yet.read(block, _LANDED)[:2] == (16 * 256 * 2, 0)
+    skips.touched(0, block)
+    hits, misses = l2.hits, l2.misses
+    skips.passed(0, 1, 150)
+    assert not skips.pending and skips.l2_of(0) is l2
+    assert (l2.hits, l2.misses) == (hits, misses + 1)  # the view's miss
+    assert l2.warmed == {"w": [0, 1024 * 256 * 2]}  # counted once, by the chip's L2
+    # held after the warm, and a reader waits for the view's fetch to land
+    assert l2.read(block, _LANDED) == (16 * 256 * 2, 0, [fetch])
+
+
 def test_what_cores_touched_after_a_skip_is_held_after_a_warm_larger_than_l2():
     """Cores that reached a skip before the last one ran on: what they read since would have
     come after the skipped units, so it is held after the warm, however much the warm

@@ -84,6 +84,24 @@ class L2Cache:
         # per tensor, the bytes warming reads found in L2 and fetched (see warm)
         self.warmed: dict[str, list[int]] = {}
 
+    def copy(self) -> L2Cache:
+        """An L2 holding what this one holds, in the same order, with no lookups counted."""
+        copy = L2Cache(self.capacity_bytes, self.geometry)
+        copy.lines = OrderedDict(
+            (key, _Line(line.cells, line.nbytes, line.fill)) for key, line in self.lines.items()
+        )
+        copy.used_bytes = self.used_bytes
+        return copy
+
+    def await_fetches(self, other: L2Cache) -> None:
+        """Make a reader of a granule that `other` is still fetching wait for that fetch here
+        too (a view of this L2 fetched it: engine/skips.py)."""
+        lines = self.lines
+        for key, line in other.lines.items():
+            fill = line.fill
+            if fill is not None and not fill.triggered and key in lines:
+                lines[key].fill = fill
+
     def entry_state(self, ahead: Iterable[Sequence[str]]) -> str:
         """A digest of what L2 holds, in LRU order, with each tensor named by where the
         kernels `ahead` (each one's touched tensors, in order) first touch it: (kernels

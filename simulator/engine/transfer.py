@@ -17,6 +17,7 @@ from ..errors import InvariantError
 from ..schedule.program import GlobalTransfer, Program, Region
 from .bandwidth import Channel
 from .l2cache import L2Cache
+from .skips import Skips
 
 
 class World(Protocol):
@@ -37,11 +38,7 @@ class World(Protocol):
 
     def shaped(self, instr: GlobalTransfer, bytes_per_cycle: float) -> float: ...
 
-    past_skips: dict
-
-    def warm(self, group: int, core: int) -> None: ...
-
-    def touched(self, core: int, region: Region) -> None: ...
+    skips: Skips
 
 
 class AfterTheCycle(simpy.events.Event):
@@ -152,9 +149,11 @@ class TransferInFlight:
         latency, rate = world.routes[(src, dst)]
         rate = world.shaped(instr, rate)
         self.fill = self.in_flight = None
+        skips, core = world.skips, self.order[1]
+        l2 = skips.l2_of(core) if skips.pending else world.l2  # engine/skips.py
         if src == "HBM":
             self.fill = _Fetch()
-            self.hit_bytes, self.hbm_bytes, self.in_flight = world.l2.read(instr.region, self.fill)
+            self.hit_bytes, self.hbm_bytes, self.in_flight = l2.read(instr.region, self.fill)
             factor = world.program.read_factor(instr.region.tensor)
             if factor > 1:  # a strided slice: whole sectors around the elements it keeps
                 self.hit_bytes, self.hbm_bytes = self.hit_bytes * factor, self.hbm_bytes * factor
@@ -165,12 +164,12 @@ class TransferInFlight:
                 l2_rate = multicast_share(l2_rate, instr.multicast)
             self.legs = (("HBM", self.hbm_bytes, rate), ("L2", port_bytes, l2_rate))
         else:
-            world.l2.write(instr.region)
+            l2.write(instr.region)
             self.hit_bytes, self.hbm_bytes = 0, instr.nbytes
             latency += world.l2_latency  # a posted store: done when L2 holds it
             self.legs = (("HBM", self.hbm_bytes, rate),)
-        if world.past_skips:  # cores of a sampled kernel passed a skip (World.warm)
-            world.touched(self.order[1], instr.region)
+        if skips.pending:  # some cores of a sampled kernel passed a skip, others not yet
+            skips.touched(core, instr.region)
         self.ideal: int = latency + sum(math.ceil(nbytes / cap) for _, nbytes, cap in self.legs)
         self.leg = 0
         world.env.timeout(latency).callbacks.append(self._next_leg)

@@ -45,11 +45,12 @@ from ..schedule.program import (
     transfer_rate,
 )
 from ..schedule.sampling import TIMED_PIPE as TIMED
-from ..schedule.sampling import Extension, KernelSampling, Load, Skip, extension_cycles, warm_order
+from ..schedule.sampling import Extension, KernelSampling, Load, extension_cycles
 from .bandwidth import channel
 from .l2cache import L2Cache
 from .occupancy import TIME_BITS, kernel_peaks
 from .replay import Replays
+from .skips import Skips
 from .trace import LOGGED, ON_CHIP, KernelSpan, PipeLog, Trace
 from .transfer import AfterTheCycle, EngineQueue, TransferInFlight, landing_delay
 
@@ -176,10 +177,7 @@ class World:
         self.kernel: KernelProgram | None = None  # the running kernel
         self.entry = ("", 0)  # what the running kernel began with (KernelSpan.entry)
         self.own = ""  # and as its own tensors see it (L2Cache.own_state): its replays' too
-        # per skip not yet warmed: the cycle each core got past it, what the cores past it
-        # touched since, and every core's skip there (see warm)
-        self.past_skips: dict[int, tuple[dict[int, int], list[Region], dict[int, Skip]]] = {}
-        self.skipped_at: dict[tuple[int, int], int] = {}  # (core, skip) -> the cycle it passed
+        self.skips = Skips(self.l2, None, 0)  # the running kernel's, as cores pass them
         self.peak_occupancy = dict.fromkeys(hw.buffer_bytes, 0)  # see _count_occupancy
         self.waiting: dict[tuple[int, int, str], tuple[int, int]] = {}  # pipe -> (instr, flag)
         self.routes = {
@@ -319,7 +317,8 @@ class World:
         start = int(self.env.now)
         yield self.env.timeout(kernel_start_cycle(index, start, self.hw) - start)
         self.kernel_started = int(self.env.now)
-        self.l2.warmed, self.past_skips, self.skipped_at = {}, {}, {}
+        self.l2.warmed = {}
+        self.skips = Skips(self.l2, kernel.sampling, self.kernel_started)
         self.kernel = kernel
         ahead = (later.touched_tensors for later in self.program.kernels[index:])
         self.entry = (self.l2.entry_state(ahead), host_lead_cycles(index, start, self.hw))
@@ -342,7 +341,7 @@ class World:
             loads = window_loads(self, kernel.sampling, logs)
             bandwidths = [self.channels[name].bytes_per_cycle for name in ("HBM", "L2")]
             extension = extension_cycles(
-                kernel.sampling, ends, timed, floor, loads, self.skipped_at, bandwidths
+                kernel.sampling, ends, timed, floor, loads, self.skips.passed_at, bandwidths
             )
         self.shaped_rates.clear()  # keyed by this kernel's instructions: never seen again
         self.private_cycles.clear()
@@ -444,37 +443,11 @@ class World:
 
     def _begin_batch(self, cycle: int, _event) -> None:
         batch = sorted(self.beginning.pop(cycle), key=attrgetter("order"))
-        for transfer in batch:  # cores that reach a skip together: each finds L2 warmed
+        for transfer in batch:  # cores that pass a skip together: each finds L2 warmed
             if transfer.instr.warms >= 0:
-                self.warm(transfer.instr.warms, transfer.order[1])
+                self.skips.passed(transfer.instr.warms, transfer.order[1], cycle)
         for transfer in batch:
             transfer.begin()
-
-    def warm(self, group: int, core: int) -> None:
-        """The last core to reach the `group`-th skip of a sampled kernel warms L2 with what
-        the skipped units touched on every core, in the order the cores would have run them
-        (schedule/sampling.py), before any core that reached it in the same cycle looks L2
-        up (_begin_batch). The cores that got there before it ran on, where they would have
-        run the skipped units first: what they touched since is kept the most recent in L2
-        (the warm neither evicts it nor leaves it older)."""
-        sampling = None if self.kernel is None else self.kernel.sampling
-        if sampling is None:
-            return
-        if group not in self.past_skips:
-            self.past_skips[group] = ({}, [], sampling.skipping(group))
-        arrivals, since, skipping = self.past_skips[group]
-        arrivals[core] = self.skipped_at[core, group] = int(self.env.now)
-        if len(arrivals) < len(skipping):
-            return
-        del self.past_skips[group]
-        self.l2.warm(warm_order(skipping, arrivals, self.kernel_started), since)
-
-    def touched(self, core: int, region: Region) -> None:
-        """A transfer of `core` touched `region` of global memory after the core passed a
-        skip that other cores have yet to reach (see warm)."""
-        for cores, since, _ in self.past_skips.values():
-            if core in cores:
-                since.append(region)
 
     def shaped(self, instr: GlobalTransfer, bytes_per_cycle: float) -> float:
         """A global transfer's rate on a path of `bytes_per_cycle`, given its shape."""

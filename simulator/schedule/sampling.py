@@ -42,7 +42,9 @@ first chunks found in L2, and its later chunks wait on HBM):
   (`warm_order`: side by side, each from the cycle it got there); what the cores that got
   there first touched since is held again after it, the most recently used (they would have
   touched it after the skipped units), so later reads and later kernels find what the
-  skipped units would have left.
+  skipped units would have left. Until then those cores read a view of L2 warmed so
+  (engine/skips.py): they find what their peers' skipped units would have left, not what
+  L2 held before them.
 
 The error estimate: per n-th window, twice the standard deviation of a window by chance and
 of the mean, times the windows skipped; plus, per pair of windows, the difference of their
