@@ -4,13 +4,12 @@ A core that passes a skip would first have run the skipped units, and so would i
 side by side: in the exact run, every read a core makes after a skip comes after what the
 skipped units of every core touched, and every read a core makes before its skip comes
 before them. Cores reach a skip at different cycles, so both kinds of read happen while
-the skip is pending (some cores past it, some not). The L2 (the chip's one) serves the cores
-not yet past it; the first read of a core past it gets a view of its own: a copy of that L2
-(or of the view of the skip before, while that one is pending too) warmed with every core's
-skipped units, in the order they would have run had the cores not yet there got there with
-the last that did.
-The cores past the skip read that view, so a block their peers' skipped units evicted is
-fetched again, as it would have been. When the last core passes it, the chip's L2 is
+the skip is pending (some cores past it, some not). The chip's L2 serves the cores not yet
+past it; the cores past it read a view, built at the first read of one of them: a copy of
+that L2 (or of the view of the skip before, while that one is pending too) warmed with
+every core's skipped units, in the order they would have run had the cores not yet there
+got there with the last that did. So a core past the skip fetches again a block its peers'
+skipped units evicted, as it would have. When the last core passes it, the chip's L2 is
 warmed with the skipped units in the cores' order (`warm_order`, from the cycles they got
 there), and what the cores past it read in the meantime is read again after that, the most
 recently used: what later reads and kernels meet. The view's lookups join the L2's counts,
@@ -71,14 +70,14 @@ class Skips:
     def l2_of(self, core: int) -> L2Cache:
         """The L2 `core` reads now: the view of the latest pending skip it has passed, or the
         chip's L2."""
-        base, seen = self.l2, None
+        l2 = self.l2
         for pending in self.pending.values():
             if core not in pending.arrivals:
                 break  # skips are passed in order: it has passed none later
             if pending.view is None:
-                pending.view = _warmed_copy(base, pending, self.started_cycle)
-            base = seen = pending.view
-        return self.l2 if seen is None else seen
+                pending.view = _warmed_copy(l2, pending, self.started_cycle)
+            l2 = pending.view
+        return l2
 
     def touched(self, core: int, region: Region) -> None:
         """A transfer of `core` touched `region` after the core passed a pending skip."""
