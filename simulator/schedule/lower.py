@@ -172,8 +172,8 @@ def lower_matmul(
     plan = chunk_plan(-(-shape.k // (t.base_k * t.step_k))) if sample else None
     # cell i runs on core i mod cores: one cell each, or with `split: blocks` in waves
     builders = [
-        _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast, plan, by_blocks)
-        for _ in range(min(hw.cores, len(cells)))
+        _MatmulCore(kernel, workload, hw, shape, t, chunks, multicast, core, plan, by_blocks)
+        for core in range(min(hw.cores, len(cells)))
     ]
     orders = [core_blocks(cells[core :: hw.cores], t) for core in range(len(builders))]
     last = 0
@@ -186,7 +186,7 @@ def lower_matmul(
         )
     cores = tuple(b.emit(*order, last) for b, order in zip(builders, orders))
     sampling = None
-    windows = tuple(Window(core, *w) for core, b in enumerate(builders) for w in b.windows)
+    windows = tuple(window for b in builders for window in b.windows)
     if windows:
         sampling = KernelSampling(
             sum(b.chunks_run[0] for b in builders),
@@ -234,14 +234,15 @@ class _MatmulCore:
         t: Tiling,
         chunks: dict,
         multicast: dict[int, int],
+        index: int,
         plan: SamplePlan | None = None,
         by_blocks: bool = False,
     ):
         self.kernel, self.workload, self.hw, self.shape, self.t = kernel, workload, hw, shape, t
-        self.plan = plan  # the K chunks each block lowers, when sampled
+        self.index, self.plan = index, plan  # the core's; the K chunks each block lowers, sampled
         self.chunk_k = t.base_k * t.step_k
         self.by_blocks = by_blocks  # each row's blocks block_plan keeps, when sampled
-        self.windows: list[tuple] = []  # per measured window, its sampling.Window's but core
+        self.windows: list[Window] = []  # its measured windows
         self.skips: list[Skip] = []  # what each skip's units touched, in order
         self.chunks_run = [0, 0]  # K chunks of the core's blocks: all, and those lowered
         self.times = 1  # how many chunks the chunk being lowered counts for (sampling.py)
@@ -437,9 +438,8 @@ class _MatmulCore:
                 }
                 repeats = self.times // (1 + measured.skipped)  # the windows around it
                 unit = "chunk" if plan is self.plan else "block"
-                self.windows.append(
-                    (spans, measured.skipped, plan.width, repeats, unit, skip, measured.late)
-                )
+                of_core = (self.index, spans, measured.skipped, plan.width, repeats, unit, skip)
+                self.windows.append(Window(*of_core, measured.late))
                 self.times = repeats
 
     def _chunk(
