@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .cli_args import MAX_ERROR_LINES, MAX_VARIANTS, build_parser, clip
 from .cli_infer import run_infer
+from .cli_serve import run_serve
 from .errors import OVERRIDE_MARK, SimulatorError, printable, quote
 from .gc_pause import gc_paused
 from .outputs import (
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
             "sweep": _sweep,
             "tune": _tune,
             "infer": run_infer,
+            "serve": run_serve,
             "figures": _figures,
             "cache": _cache,
             "examples": _examples,

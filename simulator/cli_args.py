@@ -238,6 +238,96 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         metavar="FILE.png",
         help="also draw the times and where they go, one bar per request",
     )
+
+    serve = sub.add_parser(
+        "serve",
+        help="simulate serving a stream of requests: latency percentiles, throughput, SLOs",
+        description="Serve requests from a trace file or a Poisson generator with a batching "
+        "scheduler and a paged KV cache; every engine step is timed from whole-model steps "
+        "simulated at a few batch sizes, contexts and prompt lengths, interpolated between "
+        "(the report says which, and how far the lines are off where it can check them).",
+    )
+    serve.add_argument(
+        "model",
+        help=f"a shipped model ({', '.join(model_names())}; any case) or a config.json path",
+    )
+    serve.add_argument(
+        "--hardware",
+        default="ascend910",
+        help=f"a preset ({presets}; any case) or a hardware file (default ascend910)",
+    )
+    serve.add_argument(
+        "--trace",
+        type=_file,
+        metavar="FILE",
+        help="requests from a .jsonl or .csv file with the fields arrival_s, prompt_tokens, "
+        "output_tokens (arrivals in order)",
+    )
+    serve.add_argument(
+        "--rate", type=float, metavar="R", help="or Poisson arrivals, R requests a second"
+    )
+    serve.add_argument("--num", type=_count, default=100, help="requests generated (default 100)")
+    serve.add_argument(
+        "--prompt-len",
+        default="fixed:512",
+        metavar="DIST",
+        help="generated prompts' tokens: fixed:N, uniform:LOW-HIGH or lognormal:MEAN,SD "
+        "(default fixed:512)",
+    )
+    serve.add_argument(
+        "--output-len",
+        default="fixed:128",
+        metavar="DIST",
+        help="generated outputs' tokens, as --prompt-len (default fixed:128)",
+    )
+    serve.add_argument("--seed", type=_whole, default=0, help="the generator's seed (default 0)")
+    serve.add_argument(
+        "--policy",
+        choices=("continuous", "static"),
+        default="continuous",
+        help="continuous batching (vLLM's: prefills first, preempting the newest request "
+        "when the KV cache is full) or static batches (default continuous)",
+    )
+    serve.add_argument(
+        "--max-batch", type=_count, default=256, help="sequences a step holds (default 256)"
+    )
+    serve.add_argument(
+        "--max-step-tokens",
+        type=_count,
+        metavar="N",
+        help="tokens a prefill step holds (default 2,048 or the longest prompt)",
+    )
+    serve.add_argument(
+        "--block-tokens", type=_count, default=16, help="KV cache positions a block (default 16)"
+    )
+    serve.add_argument(
+        "--kv-cache-memory",
+        metavar="SIZE",
+        help="HBM a chip gives the KV cache, e.g. 20GB (default: all that the weights and "
+        "activations leave)",
+    )
+    serve.add_argument(
+        "--slo",
+        metavar="ttft=T,tpot=T",
+        help="latency targets for goodput, e.g. ttft=500ms,tpot=50ms (ms, s or us)",
+    )
+    serve.add_argument("--chips", type=_count, default=1, help="chips in tensor parallel")
+    serve.add_argument("--weights", choices=WEIGHT_DTYPES, default="fp16", help="as infer's")
+    serve.add_argument("--kv-cache", choices=KV_CACHE_DTYPES, default="fp16", help="as infer's")
+    serve.add_argument(
+        "--sample", action="store_true", help="sample the simulated steps' matmuls (as infer's)"
+    )
+    _quiet(serve)
+    _no_cache(serve, "simulated steps")
+    serve.add_argument(
+        "--json", type=_file, metavar="FILE", help="also write the report as JSON ('-': stdout)"
+    )
+    serve.add_argument(
+        "--csv", type=_file, metavar="FILE", help="also write a CSV, one row per request"
+    )
+    serve.add_argument(
+        "--force", action="store_true", help="overwrite files there that differ from them"
+    )
     infer.add_argument(
         "--force",
         action="store_true",

@@ -114,7 +114,6 @@ def infer(
                 f"{type(runtime).__name__}"
             )
         hardware = runtime.on(hardware)
-    issue_cycles = 0 if runtime is None else runtime.issue_cycles(hardware, model.layers)
     if decode_points == 1 or (isinstance(decode_points, int) and decode_points < 1):
         raise ValueError(
             f"decode_points must be at least 2 (the first and last contexts), got {decode_points}"
@@ -126,30 +125,9 @@ def infer(
         ("decode_points", decode_points),
     ):
         check_count(name, value)
-    if chips > 1:
-        if hardware.link is None:
-            raise SimulatorError(
-                f"{hardware.name} names no link to other chips (link: in its preset), so "
-                f"tensor parallelism over {chips} chips cannot be modelled"
-            )
-        why = hardware.link.refusal(chips)
-        if why is not None:
-            raise SimulatorError(f"--chips {chips}: {hardware.name} cannot join them: {why}")
     if isinstance(generate, bool) or not isinstance(generate, int) or generate < 0:
         raise SimulatorError(f"generate must be a whole number of tokens, got {generate!r}")
-    if fusion not in ("none", "auto"):
-        raise SimulatorError(f"fusion must be none or auto, got {fusion!r}")
-    if weights not in WEIGHT_DTYPES:
-        raise SimulatorError(f"weights must be one of {', '.join(WEIGHT_DTYPES)}, got {weights!r}")
-    if weights == "fp8" and "fp8" not in hardware.cube.fractal:
-        raise SimulatorError(
-            f"fp8 weights need a matrix unit with an fp8 mode, and {hardware.name}'s has "
-            f"{', '.join(hardware.cube.fractal)}; try int8 or w8a16 weights"
-        )
-    if kv_cache not in KV_CACHE_DTYPES:
-        raise SimulatorError(
-            f"kv_cache must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache!r}"
-        )
+    check_deployment(hardware, chips, fusion, weights, kv_cache)
     if prompt + generate > model.max_context:
         raise SimulatorError(
             f"{model.name} attends over at most {model.max_context:,} positions "
@@ -158,46 +136,19 @@ def infer(
         )
 
     part = shard(model, chips)
-    steps = _Steps(fusion, weights, kv_cache)
-
-    capped: dict[str, float] = {}  # phase -> the clock its power cap held a run to
-    sampled_error: list[float | None] = []  # per run: see _sampled_error
-
-    def run(step: Step, layers: int) -> SimulationReport:
-        try:
-            report = simulate_cached(
-                steps.workload(part, hardware, step, layers), sample=sample and not exact
-            )
-            sampled_error.append(_sampled_error(report))
-            if clock_scale(report, hardware.clock_hz) != 1.0:
-                capped[step.phase] = report.clock_ghz * 1e9
-            return report
-        except TooLargeError as exc:
-            raise TooLargeError(
-                f"--prompt {prompt} --batch {batch}: {model.name}'s {step.phase} of "
-                f"{batch} x {step.new_tokens:,} tokens, {layers} layer{'s' * (layers != 1)} "
-                f"at a time, needs about {exc.instructions:,} instructions in one run, more "
-                f"than the {MAX_INSTRUCTIONS:,} a run holds in memory; use a shorter "
-                "--prompt or a smaller --batch",
-                exc.instructions,
-            ) from None
+    steps = StepOptions(fusion, weights, kv_cache)
+    timer = StepTimer(
+        part, hardware, steps, runtime, exact, sample, f"--prompt {prompt} --batch {batch}"
+    )
 
     def whole(step: Step, index: int, planned: int) -> StepTime:
         if on_step:
             on_step(f"{step.phase} @ {step.context}", index, planned)
-        time = _with_communication(
-            whole_model_step(part, step, run, exact, hardware.clock_hz), part, hardware, step
-        )
-        if issue_cycles > time.cycles:  # the device ran out of issued work and waited
-            time = _waited(time, "host", issue_cycles - time.cycles, hardware)
-        if runtime is None:
-            return time
-        host_cycles = runtime.step_host_cycles(hardware, step.phase, model.layers)
-        return _waited(time, "host", host_cycles, hardware) if host_cycles else time
+        return timer(step)
 
     prefill_step = Step("prefill", batch, prompt, prompt)
     longest = prompt + generate
-    footprint = _footprint(part, hardware, prefill_step, longest, steps)
+    footprint = hbm_footprint(part, hardware, prefill_step, longest, steps)
     if footprint.total_bytes > footprint.hbm_capacity_bytes:
         _refuse(model, part, hardware, footprint, prefill_step, longest, steps)
     first_steps = [prefill_step]  # the steps before the first token
@@ -237,7 +188,7 @@ def infer(
             )
         )
     )
-    errors = [e for e in sampled_error if e is not None]
+    errors = [e for e in timer.sampled_error if e is not None]
     if errors:
         method += (
             "; matmul K chunks and blocks simulated in part, those between two measured "
@@ -248,7 +199,7 @@ def infer(
         f"{phase} ran at {hz / 1e9:.3f} GHz, held there by {hardware.name}'s "
         f"{hardware.energy.cap_watts:,.0f} W power cap (its time is counted in cycles of the "
         f"full {hardware.clock_hz / 1e9:.3f} GHz)"
-        for phase, hz in capped.items()
+        for phase, hz in timer.capped.items()
         if hardware.energy is not None
     ]
     if runtime is not None and runtime.first_token == DECODE:
@@ -305,6 +256,92 @@ def infer(
     )
 
 
+def check_deployment(
+    hardware: Hardware, chips: int, fusion: str, weights: str, kv_cache: str
+) -> None:
+    """Refuse, in a line, a chip group the hardware cannot join or dtypes and a fusion mode it
+    cannot run (what `infer` and `serve` both check before simulating anything)."""
+    if chips > 1:
+        if hardware.link is None:
+            raise SimulatorError(
+                f"{hardware.name} names no link to other chips (link: in its preset), so "
+                f"tensor parallelism over {chips} chips cannot be modelled"
+            )
+        why = hardware.link.refusal(chips)
+        if why is not None:
+            raise SimulatorError(f"--chips {chips}: {hardware.name} cannot join them: {why}")
+    if fusion not in ("none", "auto"):
+        raise SimulatorError(f"fusion must be none or auto, got {fusion!r}")
+    if weights not in WEIGHT_DTYPES:
+        raise SimulatorError(f"weights must be one of {', '.join(WEIGHT_DTYPES)}, got {weights!r}")
+    if weights == "fp8" and "fp8" not in hardware.cube.fractal:
+        raise SimulatorError(
+            f"fp8 weights need a matrix unit with an fp8 mode, and {hardware.name}'s has "
+            f"{', '.join(hardware.cube.fractal)}; try int8 or w8a16 weights"
+        )
+    if kv_cache not in KV_CACHE_DTYPES:
+        raise SimulatorError(
+            f"kv_cache must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache!r}"
+        )
+
+
+class StepTimer:
+    """Whole-model steps of one (sharded) model on one chip group, each simulated through the
+    cache of runs (inference.py's layer saving unless `exact`), with the group's collectives
+    and the runtime's host time: what `infer` and `serve` time every step with. `request`
+    names the options a refusal of a step too large for a run asks the user to shrink."""
+
+    def __init__(
+        self,
+        part: ModelConfig,
+        hardware: Hardware,
+        steps: StepOptions,
+        runtime: Runtime | None,
+        exact: bool,
+        sample: bool,
+        request: str,
+    ):
+        self.part, self.hardware, self.steps, self.runtime = part, hardware, steps, runtime
+        self.exact, self.sample, self.request = exact, sample and not exact, request
+        self.issue_cycles = 0 if runtime is None else runtime.issue_cycles(hardware, part.layers)
+        self.capped: dict[str, float] = {}  # phase -> the clock its power cap held a run to
+        self.sampled_error: list[float | None] = []  # per run: see _sampled_error
+
+    def __call__(self, step: Step) -> StepTime:
+        hardware, runtime = self.hardware, self.runtime
+        time = _with_communication(
+            whole_model_step(self.part, step, self._run, self.exact, hardware.clock_hz),
+            self.part,
+            hardware,
+            step,
+        )
+        if self.issue_cycles > time.cycles:  # the device ran out of issued work and waited
+            time = _waited(time, "host", self.issue_cycles - time.cycles, hardware)
+        if runtime is None:
+            return time
+        host_cycles = runtime.step_host_cycles(hardware, step.phase, self.part.layers)
+        return _waited(time, "host", host_cycles, hardware) if host_cycles else time
+
+    def _run(self, step: Step, layers: int) -> SimulationReport:
+        try:
+            report = simulate_cached(
+                self.steps.workload(self.part, self.hardware, step, layers), sample=self.sample
+            )
+        except TooLargeError as exc:
+            raise TooLargeError(
+                f"{self.request}: {self.part.name}'s {step.phase} of "
+                f"{step.batch} x {step.new_tokens:,} tokens, {layers} layer{'s' * (layers != 1)} "
+                f"at a time, needs about {exc.instructions:,} instructions in one run, more "
+                f"than the {MAX_INSTRUCTIONS:,} a run holds in memory; use a shorter "
+                "--prompt or a smaller --batch",
+                exc.instructions,
+            ) from None
+        self.sampled_error.append(_sampled_error(report))
+        if clock_scale(report, self.hardware.clock_hz) != 1.0:
+            self.capped[step.phase] = report.clock_ghz * 1e9
+        return report
+
+
 def _sampled_error(report: SimulationReport) -> float | None:
     """The share of a run's time its sampled kernels' error estimates add up to (None: no
     kernel was sampled)."""
@@ -344,7 +381,7 @@ def _spread(contexts: range, points: int) -> list[int]:
 
 
 @dataclass(frozen=True)
-class _Steps:
+class StepOptions:
     """What every step of a request is generated with, beside its model, chip and shape."""
 
     fusion: str
@@ -357,8 +394,8 @@ class _Steps:
         )
 
 
-def _footprint(
-    model: ModelConfig, hardware: Hardware, prefill: Step, longest: int, steps: _Steps
+def hbm_footprint(
+    model: ModelConfig, hardware: Hardware, prefill: Step, longest: int, steps: StepOptions
 ) -> Footprint:
     """From the generated prefill of a one-layer model: its layer's weights times the layers,
     plus the embedding and head; the KV cache in its dtype; every other tensor of that prefill
@@ -399,7 +436,7 @@ def fewest_chips(
     model fit their HBM for this request (None: no group the links join), from footprints
     alone: nothing is simulated."""
     prefill = Step("prefill", batch, prompt, prompt)
-    steps = _Steps(fusion, weights, kv_cache)
+    steps = StepOptions(fusion, weights, kv_cache)
     return _fewest_chips(model, hardware, prefill, prompt + generate, steps, 1)
 
 
@@ -408,7 +445,7 @@ def _fewest_chips(
     hardware: Hardware,
     prefill: Step,
     longest: int,
-    steps: _Steps,
+    steps: StepOptions,
     start: int,
 ) -> int | None:
     for chips in range(start, MAX_CHIPS + 1):
@@ -418,7 +455,7 @@ def _fewest_chips(
             candidate = shard(model, chips)
         except ConfigError:
             continue
-        need = _footprint(candidate, hardware, prefill, longest, steps)
+        need = hbm_footprint(candidate, hardware, prefill, longest, steps)
         if need.total_bytes <= need.hbm_capacity_bytes:
             return chips
     return None
@@ -431,7 +468,7 @@ def _refuse(
     footprint: Footprint,
     prefill: Step,
     longest: int,
-    steps: _Steps,
+    steps: StepOptions,
 ) -> None:
     """A model that does not fit is refused with its footprint and, where the chip has a
     link, the fewest chips whose shares would fit (heads and MLP split evenly)."""

@@ -34,11 +34,12 @@ LAYERS = (
             "outputs",
             "examples",
             "inference_compare",
+            "serving",
         ),
     ),
     (
         "interface",
-        ("", "cli", "cli_args", "cli_infer", "__main__"),
+        ("", "cli", "cli_args", "cli_infer", "cli_serve", "__main__"),
     ),  # the package's API and the CLI
 )
 

@@ -1,0 +1,315 @@
+"""Serving: the engine's invariants as properties (on a step model of known costs), the step
+times it composes from simulated whole-model steps, agreement with `infer` for one request at
+a time, and the one-line refusals of bad traces and options."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.cli import main
+from simulator.config.model import parse_model
+from simulator.config.transformer import Step
+from simulator.errors import SimulatorError
+from simulator.inference import infer
+from simulator.inference_report import StepTime
+from simulator.serving import Lengths, Slo, generate, load_trace, serve
+from simulator.serving.engine import PagedKVCache, longest, run_engine
+from simulator.serving.requests import Request
+from simulator.serving.step_times import StepTimes, grid, spread
+
+from .test_inference import TOY
+
+CLOCK_HZ = 1e9
+
+
+def known_step(step: Step) -> StepTime:
+    """A step of made-up but shaped costs: GEMMs grow with the tokens, attention with each
+    prompt's square at prefill and with batch x context at decode (cycles)."""
+    if step.phase == "prefill":
+        attention = 40.0 * step.batch * step.new_tokens**2
+        cycles = 2e6 + 3e4 * step.tokens + attention
+    else:
+        attention = 500.0 * step.batch * step.context
+        cycles = 1e6 + 2e4 * step.batch + attention
+    classes = {"attention": attention, "gemm": cycles - attention}
+    return StepTime(step.phase, step.context, cycles, classes, 0.0, 3, {"static": cycles / 1e9})
+
+
+def known_times(requests, max_batch=8, max_step_tokens=None) -> StepTimes:
+    prompts = [r.prompt_tokens for r in requests]
+    top = max(max_step_tokens or 0, *(longest(r) for r in requests))
+    contexts = (min(prompts) + 1, max(r.prompt_tokens + r.output_tokens - 1 for r in requests))
+    return StepTimes(known_step, CLOCK_HZ, 1, min(prompts), top, max_batch, contexts)
+
+
+requests_strategy = st.lists(
+    st.tuples(st.floats(0, 0.05), st.integers(1, 200), st.integers(1, 40)),  # gap, prompt, output
+    min_size=1,
+    max_size=25,
+).map(
+    lambda rows: tuple(
+        Request(i, sum(gap for gap, _, _ in rows[: i + 1]), prompt, output)
+        for i, (_, prompt, output) in enumerate(rows)
+    )
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    requests=requests_strategy,
+    policy=st.sampled_from(["continuous", "static"]),
+    max_batch=st.integers(1, 8),
+    spare_blocks=st.integers(0, 30),
+    block_tokens=st.sampled_from([1, 4, 16]),
+)
+def test_every_request_finishes_once_its_tokens_conserved_and_the_cache_never_overfills(
+    requests, policy, max_batch, spare_blocks, block_tokens
+):
+    """Whatever the arrivals, lengths, batch and cache (from just enough for the longest
+    request on): every request finishes once, after it arrived and after at least its own
+    prefill; each step gives each of its sequences one token, so the steps' sequences add
+    up to the tokens asked for; the blocks held never pass the cache; steps do not overlap;
+    and no schedule serves tokens faster than full steps at their best would."""
+    cache = PagedKVCache(
+        max(-(-longest(r) // block_tokens) for r in requests) + spare_blocks, block_tokens
+    )
+    times = known_times(requests, max_batch, max_step_tokens=256)
+    served, steps = run_engine(requests, times, cache, policy, max_batch, 256)
+    assert sorted(s.request.id for s in served) == [r.id for r in requests]
+    for s in served:
+        own_prefill = times.prefill([s.request.prompt_tokens]).seconds
+        assert s.generated == s.request.output_tokens
+        assert s.request.arrival_s + own_prefill * (1 - 1e-9) <= s.first_token_s <= s.finish_s
+        assert policy == "continuous" or s.preempted == 0
+    assert sum(step.batch for step in steps) == sum(r.output_tokens for r in requests)
+    assert all(step.kv_blocks <= cache.blocks and 1 <= step.batch <= max_batch for step in steps)
+    assert all(a.end_s <= b.start_s for a, b in zip(steps, steps[1:]))
+    assert cache.used == 0  # every request gave its blocks back
+    best_tokens_per_s = max(
+        max(b / times.decode([1] * b).seconds for b in range(1, max_batch + 1)),
+        max(len(p) / times.prefill(p).seconds for p in ([1] * n for n in range(1, max_batch + 1))),
+    )
+    busy_s = sum(step.end_s - step.start_s for step in steps)
+    assert sum(r.output_tokens for r in requests) / busy_s <= best_tokens_per_s * (1 + 1e-9)
+
+
+def test_one_request_at_a_time_takes_its_prefill_then_its_decodes():
+    """Requests far apart never share a step: a request's TTFT is its prefill's time and its
+    end-to-end time that plus a decode step at each context it passes through."""
+    requests = tuple(Request(i, 10.0 * i, 100 + 7 * i, 5 + i) for i in range(4))
+    times = known_times(requests)
+    served, _ = run_engine(requests, times, PagedKVCache(1000, 16), "continuous", 8, 2048)
+    for s in served:
+        prompt, output = s.request.prompt_tokens, s.request.output_tokens
+        prefill = times.prefill([prompt]).seconds
+        decodes = sum(times.decode([prompt + g]).seconds for g in range(1, output))
+        assert s.first_token_s - s.request.arrival_s == pytest.approx(prefill, rel=1e-12)
+        assert s.finish_s - s.request.arrival_s == pytest.approx(prefill + decodes, rel=1e-12)
+
+
+def test_a_full_cache_preempts_the_newest_request_and_recomputes_it():
+    """Two requests whose contexts outgrow a cache that holds one and a half of them: the
+    newer is preempted, waits, and is prefilled again over its prompt and what it had
+    generated; both still finish with every token."""
+    requests = (Request(0, 0.0, 32, 40), Request(1, 0.0, 32, 40))
+    times = known_times(requests)
+    cache = PagedKVCache(6, 16)  # 96 positions; each request grows to 71
+    served, steps = run_engine(requests, times, cache, "continuous", 8, 2048)
+    assert [s.preempted for s in served] == [0, 1]
+    assert [s.generated for s in served] == [40, 40]
+    recompute = [step for step in steps if step.phase == "prefill"][-1]
+    assert recompute.tokens > 32  # the prompt and the tokens generated before the preemption
+
+
+def test_step_times_interpolate_between_the_anchors_they_simulate():
+    """A step at an anchor costs what the anchor's whole-model step took; between two it
+    costs the line between them; a prefill of several prompts is the GEMMs of all their
+    tokens plus each prompt's own attention. Only the anchors a step needs are simulated."""
+    asked = []
+    times = StepTimes(
+        lambda step: asked.append(step) or known_step(step), CLOCK_HZ, 1, 64, 1024, 16, (65, 300)
+    )
+    assert times.prefill_grid == (64, 128, 256, 512, 1024) and times.context_grid == (65, 183, 300)
+    at = times.decode([183] * 4).seconds
+    assert at == known_step(Step("decode", 4, 1, 183)).cycles / CLOCK_HZ
+    between = times.decode([100, 200, 300]).seconds  # batch 3, mean context 200
+    two, four = (times.decode([200] * b).seconds for b in (2, 4))
+    assert between == pytest.approx((two + four) / 2)
+    prefill = times.prefill([128, 128]).seconds
+    full = known_step(Step("prefill", 1, 256, 256))
+    own = known_step(Step("prefill", 1, 128, 128)).by_class_cycles["attention"]
+    expected = full.cycles - full.by_class_cycles["attention"] + 2 * own
+    assert prefill == pytest.approx(expected / CLOCK_HZ)
+    assert {s.phase for s in asked} == {"prefill", "decode"}
+    assert len(asked) == len(set(asked)) == len(times.simulated)
+    assert Step("prefill", 1, 1024, 1024) not in asked  # never needed
+    times.decode([100] * 4)  # batch 4 at contexts 65 and 183: with 300, a check
+    checks = times.checks()
+    assert [c.what for c in checks] == ["decode 4 @ 183"]
+    simulated = known_step(Step("decode", 4, 1, 183)).cycles
+    line = (
+        known_step(Step("decode", 4, 1, 65)).cycles * 117
+        + known_step(Step("decode", 4, 1, 300)).cycles * 118
+    ) / 235
+    assert checks[0].error == pytest.approx(line / simulated - 1)
+    assert grid(1, 6) == (1, 2, 4, 6) and spread(10, 11) == (10, 11)
+
+
+def test_serving_one_request_at_a_time_agrees_with_infer(tiny, tmp_path):
+    """The step model and the engine add nothing of their own: requests far apart take
+    what `infer` says one request takes, within 1% (decode contexts interpolated the same
+    way)."""
+    model = parse_model(TOY, "toy", "<toy>")
+    requests = tuple(Request(i, 1.0 * i, 32, 9) for i in range(3))
+    report = serve(model, tiny, requests)
+    alone = infer(model, tiny, prompt=32, generate=9).to_dict()
+    for row in report.rows():
+        assert row["ttft_s"] * 1e6 == pytest.approx(alone["ttft_us"], rel=0.01)
+        assert row["e2e_s"] * 1e6 == pytest.approx(alone["e2e_us"], rel=0.01)
+    data = report.to_dict()
+    assert data["steps"]["max_batch"] == 1 and data["kv_cache"]["preemptions"] == 0
+    assert json.dumps(data, allow_nan=False)
+    again = serve(model, tiny, requests).to_dict()
+    assert again == data  # deterministic
+
+
+def test_a_generated_workload_is_the_same_for_the_same_seed():
+    prompt, output = Lengths.parse("p", "lognormal:200,80"), Lengths.parse("o", "uniform:4-9")
+    first = generate(5.0, 200, prompt, output, 7)
+    assert first == generate(5.0, 200, prompt, output, 7)
+    assert first != generate(5.0, 200, prompt, output, 8)
+    assert all(4 <= r.output_tokens <= 9 and r.prompt_tokens >= 1 for r in first)
+    assert all(a.arrival_s <= b.arrival_s for a, b in zip(first, first[1:]))
+    assert 140 < sum(r.prompt_tokens for r in first) / len(first) < 260
+    assert str(prompt) == "lognormal:200,80"
+
+
+@pytest.mark.parametrize(
+    "text, problem",
+    [
+        ("fixed:0", "token counts are at least 1"),
+        ("uniform:9-3", "high end 3 is below its low end 9"),
+        ("lognormal:-1,2", "mean must be above 0"),
+        ("normal:5", "is not fixed:N"),
+        ("fixed:ten", "'ten' is not a whole number"),
+    ],
+)
+def test_a_bad_length_distribution_is_refused_in_a_line(text, problem):
+    with pytest.raises(SimulatorError, match=problem):
+        Lengths.parse("--prompt-len", text)
+
+
+@pytest.mark.parametrize(
+    "name, text, problem",
+    [
+        (
+            "t.jsonl",
+            '{"arrival_s": -1, "prompt_tokens": 5, "output_tokens": 2}',
+            "line 1: arrival_s: a time in seconds, at least 0",
+        ),
+        (
+            "t.jsonl",
+            '{"arrival_s": 2, "prompt_tokens": 5, "output_tokens": 2}\n'
+            '{"arrival_s": 1, "prompt_tokens": 5, "output_tokens": 2}',
+            "line 2: arrival_s: arrivals must not decrease, got 1 after 2",
+        ),
+        (
+            "t.jsonl",
+            '{"arrival_s": 0, "prompt_tokens": 5, "output_tokens": 0}',
+            "line 1: output_tokens: a whole number of tokens, at least 1",
+        ),
+        (
+            "t.jsonl",
+            '{"arrival_s": 0, "prompt_tokens": 5.5, "output_tokens": 1}',
+            "prompt_tokens: a whole number",
+        ),
+        (
+            "t.jsonl",
+            '{"arrival_s": 0, "prompt": 5, "output_tokens": 1}',
+            "line 1: prompt: not a field",
+        ),
+        ("t.jsonl", '{"arrival_s": 0, "output_tokens": 1}', "line 1: prompt_tokens: missing"),
+        ("t.jsonl", "{oops", "line 1: not JSON"),
+        ("t.jsonl", "[1, 2]", "a request is a JSON object"),
+        ("t.jsonl", "\n\n", "the trace holds no requests"),
+        ("t.csv", "arrival_s,prompt\n0,5\n", "the header must name exactly"),
+        ("t.csv", "arrival_s,prompt_tokens,output_tokens\n0,5\n", "line 2: 2 cells"),
+        ("t.csv", "arrival_s,prompt_tokens,output_tokens\nsoon,5,1\n", "arrival_s: a time"),
+        ("t.txt", "", "a trace is JSON Lines"),
+    ],
+)
+def test_a_bad_trace_is_refused_with_its_file_line_and_field(tmp_path, name, text, problem):
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(SimulatorError, match=problem) as refused:
+        load_trace(path)
+    assert str(path) in str(refused.value)
+
+
+def test_a_trace_reads_the_same_from_jsonl_and_csv(tmp_path):
+    rows = [(0.0, 12, 3), (0.5, 7, 1), (0.5, 30, 8)]
+    (tmp_path / "t.jsonl").write_text(
+        "\n".join(
+            json.dumps({"arrival_s": a, "prompt_tokens": p, "output_tokens": o}) for a, p, o in rows
+        )
+    )
+    (tmp_path / "t.csv").write_text(
+        "prompt_tokens,arrival_s,output_tokens\n" + "".join(f"{p},{a},{o}\n" for a, p, o in rows)
+    )
+    assert load_trace(tmp_path / "t.jsonl") == load_trace(tmp_path / "t.csv")
+    assert [r.prompt_tokens for r in load_trace(tmp_path / "t.csv")] == [12, 7, 30]
+
+
+def test_serve_refuses_what_it_cannot_run(tiny):
+    model = parse_model(TOY, "toy", "<toy>")
+    one = (Request(0, 0.0, 32, 4),)
+    for options, problem in (
+        ({"policy": "fifo"}, "policy must be one of continuous, static"),
+        ({"max_step_tokens": 16}, "below the longest prompt"),
+        ({"kv_cache_bytes_per_chip": 1024}, "request 0 needs a KV cache of 35 positions"),
+        ({"slo": Slo(ttft_s=1e-9)}, "ttft=1e-06ms cannot be met"),
+        ({"slo": Slo(tpot_s=1e-9)}, "tpot=1e-06ms cannot be met"),
+    ):
+        with pytest.raises(SimulatorError, match=problem):
+            serve(model, tiny, one, **options)
+    with pytest.raises(SimulatorError, match="attends over at most 512 positions"):
+        serve(model, tiny, (Request(0, 0.0, 500, 20),))
+
+
+def test_the_serve_command_writes_its_report_and_rows_and_refuses_in_a_line(
+    tmp_path, capsys, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "toy.json").write_text(json.dumps(TOY))
+    (tmp_path / "t.jsonl").write_text(
+        '{"arrival_s": 0, "prompt_tokens": 32, "output_tokens": 4}\n'
+        '{"arrival_s": 0.001, "prompt_tokens": 20, "output_tokens": 6}\n'
+    )
+    base = ["serve", "toy.json", "--hardware", "tiny", "--quiet"]
+    assert (
+        main(
+            [*base, "--trace", "t.jsonl", "--slo", "tpot=1s", "--json", "r.json", "--csv", "r.csv"]
+        )
+        == 0
+    )
+    out = capsys.readouterr().out
+    assert "2 requests (trace t.jsonl), continuous batching" in out
+    assert "goodput (TPOT <= 1000 ms)" in out and "2 rows written to r.csv" in out
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["requests"] == 2 and report["slo"]["met"] == 2
+    assert (tmp_path / "r.csv").read_text().splitlines()[0].startswith("id,arrival_s,")
+    (tmp_path / "mine.csv").write_text("my notes\n")
+    for extra, problem in (
+        (["--trace", "t.jsonl", "--csv", "mine.csv"], "mine.csv"),
+        ([], "give the requests as --trace FILE or as --rate R"),
+        (["--trace", "t.jsonl", "--rate", "2"], "give the requests as --trace FILE or as --rate R"),
+        (["--rate", "2", "--slo", "ttft=fast"], "--slo ttft=fast: write ttft=TIME,tpot=TIME"),
+        (["--rate", "2", "--kv-cache-memory", "lots"], "--kv-cache-memory: "),
+        (["--trace", "missing.jsonl"], "missing.jsonl: no such trace file"),
+    ):
+        assert main([*base, *extra]) == 2
+        err = capsys.readouterr().err
+        assert problem in err and len(err.strip().splitlines()) == 1
+    assert (tmp_path / "mine.csv").read_text() == "my notes\n"
