@@ -283,10 +283,11 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     serve.add_argument("--seed", type=_whole, default=0, help="the generator's seed (default 0)")
     serve.add_argument(
         "--policy",
-        choices=("continuous", "static"),
+        choices=("continuous", "chunked", "static"),
         default="continuous",
         help="continuous batching (vLLM's: prefills first, preempting the newest request "
-        "when the KV cache is full) or static batches (default continuous)",
+        "when the KV cache is full), chunked prefill (Sarathi's: decodes first, prompts in "
+        "chunks filling a step's token budget) or static batches (default continuous)",
     )
     serve.add_argument(
         "--max-batch", type=_count, default=256, help="sequences a step holds (default 256)"
@@ -295,7 +296,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         "--max-step-tokens",
         type=_count,
         metavar="N",
-        help="tokens a prefill step holds (default 2,048 or the longest prompt)",
+        help="tokens a prefill step holds (default 2,048 or the longest prompt; chunked: 512)",
     )
     serve.add_argument(
         "--block-tokens", type=_count, default=16, help="KV cache positions a block (default 16)"
@@ -316,6 +317,12 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     serve.add_argument("--kv-cache", choices=KV_CACHE_DTYPES, default="fp16", help="as infer's")
     serve.add_argument(
         "--sample", action="store_true", help="sample the simulated steps' matmuls (as infer's)"
+    )
+    serve.add_argument(
+        "--workers",
+        type=_workers,
+        default=None,
+        help="processes simulating whole-model steps side by side (default: the number of cores)",
     )
     _quiet(serve)
     _no_cache(serve, "simulated steps")

@@ -5,6 +5,7 @@ before anything is simulated."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from pathlib import Path
@@ -75,6 +76,7 @@ def run_serve(args) -> int:
             kv_cache=args.kv_cache,
             sample=args.sample,
             workload=workload,
+            workers=args.workers or os.cpu_count() or 1,
             on_step=on_step,
         )
     finally:

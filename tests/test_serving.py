@@ -29,19 +29,22 @@ def known_step(step: Step) -> StepTime:
     prompt's square at prefill and with batch x context at decode (cycles)."""
     if step.phase == "prefill":
         attention = 40.0 * step.batch * step.new_tokens**2
-        cycles = 2e6 + 3e4 * step.tokens + attention
     else:
         attention = 500.0 * step.batch * step.context
-        cycles = 1e6 + 2e4 * step.batch + attention
+    cycles = 1e6 + 3e4 * step.tokens + attention
     classes = {"attention": attention, "gemm": cycles - attention}
     return StepTime(step.phase, step.context, cycles, classes, 0.0, 3, {"static": cycles / 1e9})
+
+
+def known_steps(steps: list[Step]) -> list[StepTime]:
+    return [known_step(step) for step in steps]
 
 
 def known_times(requests, max_batch=8, max_step_tokens=None) -> StepTimes:
     prompts = [r.prompt_tokens for r in requests]
     top = max(max_step_tokens or 0, *(longest(r) for r in requests))
     contexts = (min(prompts) + 1, max(r.prompt_tokens + r.output_tokens - 1 for r in requests))
-    return StepTimes(known_step, CLOCK_HZ, 1, min(prompts), top, max_batch, contexts)
+    return StepTimes(known_steps, CLOCK_HZ, 1, 1, top, max_batch, contexts)
 
 
 requests_strategy = st.lists(
@@ -59,7 +62,7 @@ requests_strategy = st.lists(
 @settings(max_examples=60, deadline=None)
 @given(
     requests=requests_strategy,
-    policy=st.sampled_from(["continuous", "static"]),
+    policy=st.sampled_from(["continuous", "chunked", "static"]),
     max_batch=st.integers(1, 8),
     spare_blocks=st.integers(0, 30),
     block_tokens=st.sampled_from([1, 4, 16]),
@@ -82,8 +85,8 @@ def test_every_request_finishes_once_its_tokens_conserved_and_the_cache_never_ov
         own_prefill = times.prefill([s.request.prompt_tokens]).seconds
         assert s.generated == s.request.output_tokens
         assert s.request.arrival_s + own_prefill * (1 - 1e-9) <= s.first_token_s <= s.finish_s
-        assert policy == "continuous" or s.preempted == 0
-    assert sum(step.batch for step in steps) == sum(r.output_tokens for r in requests)
+        assert policy != "static" or s.preempted == 0
+    assert sum(step.generated for step in steps) == sum(r.output_tokens for r in requests)
     assert all(step.kv_blocks <= cache.blocks and 1 <= step.batch <= max_batch for step in steps)
     assert all(a.end_s <= b.start_s for a, b in zip(steps, steps[1:]))
     assert cache.used == 0  # every request gave its blocks back
@@ -126,12 +129,20 @@ def test_a_full_cache_preempts_the_newest_request_and_recomputes_it():
 def test_step_times_interpolate_between_the_anchors_they_simulate():
     """A step at an anchor costs what the anchor's whole-model step took; between two it
     costs the line between them; a prefill of several prompts is the GEMMs of all their
-    tokens plus each prompt's own attention. Only the anchors a step needs are simulated."""
+    tokens plus each prompt's own attention. Only the anchors a step needs are simulated
+    (a decode's batch sizes at every context), each once."""
     asked = []
     times = StepTimes(
-        lambda step: asked.append(step) or known_step(step), CLOCK_HZ, 1, 64, 1024, 16, (65, 300)
+        lambda steps: asked.extend(steps) or known_steps(steps),
+        CLOCK_HZ,
+        1,
+        64,
+        1024,
+        16,
+        (65, 300),
     )
-    assert times.prefill_grid == (64, 128, 256, 512, 1024) and times.context_grid == (65, 183, 300)
+    assert times.prefill_grid == (64, 96, 128, 192, 256, 384, 512, 768, 1024)
+    assert times.context_grid == (65, 183, 300)
     at = times.decode([183] * 4).seconds
     assert at == known_step(Step("decode", 4, 1, 183)).cycles / CLOCK_HZ
     between = times.decode([100, 200, 300]).seconds  # batch 3, mean context 200
@@ -145,16 +156,16 @@ def test_step_times_interpolate_between_the_anchors_they_simulate():
     assert {s.phase for s in asked} == {"prefill", "decode"}
     assert len(asked) == len(set(asked)) == len(times.simulated)
     assert Step("prefill", 1, 1024, 1024) not in asked  # never needed
-    times.decode([100] * 4)  # batch 4 at contexts 65 and 183: with 300, a check
-    checks = times.checks()
-    assert [c.what for c in checks] == ["decode 4 @ 183"]
+    checks = {check.what: check for check in times.checks()}  # each batch's middle context
+    assert sorted(checks) == ["decode 2 @ 183", "decode 4 @ 183"]
     simulated = known_step(Step("decode", 4, 1, 183)).cycles
     line = (
         known_step(Step("decode", 4, 1, 65)).cycles * 117
         + known_step(Step("decode", 4, 1, 300)).cycles * 118
     ) / 235
-    assert checks[0].error == pytest.approx(line / simulated - 1)
-    assert grid(1, 6) == (1, 2, 4, 6) and spread(10, 11) == (10, 11)
+    assert checks["decode 4 @ 183"].error == pytest.approx(line / simulated - 1)
+    assert grid(1, 6) == (1, 2, 4, 6) and grid(5, 20, halves=True) == (5, 6, 8, 12, 16, 20)
+    assert spread(10, 11) == (10, 11)
 
 
 def test_serving_one_request_at_a_time_agrees_with_infer(tiny, tmp_path):
@@ -266,7 +277,7 @@ def test_serve_refuses_what_it_cannot_run(tiny):
     model = parse_model(TOY, "toy", "<toy>")
     one = (Request(0, 0.0, 32, 4),)
     for options, problem in (
-        ({"policy": "fifo"}, "policy must be one of continuous, static"),
+        ({"policy": "fifo"}, "policy must be one of continuous, chunked, static"),
         ({"max_step_tokens": 16}, "below the longest prompt"),
         ({"kv_cache_bytes_per_chip": 1024}, "request 0 needs a KV cache of 35 positions"),
         ({"slo": Slo(ttft_s=1e-9)}, "ttft=1e-06ms cannot be met"),
@@ -313,3 +324,43 @@ def test_the_serve_command_writes_its_report_and_rows_and_refuses_in_a_line(
         err = capsys.readouterr().err
         assert problem in err and len(err.strip().splitlines()) == 1
     assert (tmp_path / "mine.csv").read_text() == "my notes\n"
+
+
+def test_chunked_prefill_keeps_decoding_while_a_long_prompt_is_prefilled_in_chunks():
+    """A long prompt arriving while a request decodes: with chunked prefill every step
+    decodes the running request and prefills at most the budget's tokens of the prompt,
+    whose first token follows its last chunk; with continuous batching its whole prefill is
+    one step during which nobody decodes."""
+    requests = (Request(0, 0.0, 64, 40), Request(1, 0.01, 1000, 3))
+    times = known_times(requests, max_step_tokens=256)
+    served, steps = run_engine(requests, times, PagedKVCache(200, 16), "chunked", 8, 256)
+    mixed = [step for step in steps if step.phase == "mixed"]
+    assert [step.tokens for step in mixed] == [256, 256, 256, 236]  # a decode each, 1,000 in all
+    assert served[1].first_token_s == mixed[-1].end_s
+    assert all(step.tokens <= 256 for step in steps)
+    _, whole = run_engine(requests, times, PagedKVCache(200, 16), "continuous", 8, 2048)
+    assert [step.tokens for step in whole if step.phase == "prefill"] == [64, 1000]
+
+
+def test_a_mixed_step_is_the_decode_plus_what_its_chunks_add():
+    """B decodes and a chunk of K tokens at offset o: the decode step, plus the GEMMs of
+    B + K tokens less those of B, plus the prompt's attention up to o + K less up to o
+    (at anchors, so nothing is interpolated)."""
+    times = StepTimes(known_steps, CLOCK_HZ, 1, 1, 1024, 16, (65, 300))
+
+    def prefill(tokens, part):
+        step = known_step(Step("prefill", 1, tokens, tokens))
+        attention = step.by_class_cycles["attention"]
+        return attention if part == "attention" else step.cycles - attention
+
+    mixed = times.step([183] * 2, [(2, 2)]).seconds * CLOCK_HZ
+    expected = (
+        known_step(Step("decode", 2, 1, 183)).cycles
+        + prefill(4, "rest")
+        - prefill(2, "rest")
+        + prefill(4, "attention")
+        - prefill(2, "attention")
+    )
+    assert mixed == pytest.approx(expected, rel=1e-12)
+    assert times.step([183] * 2, []) == times.decode([183] * 2)
+    assert times.step([], [(0, 8), (0, 16)]) == times.prefill([8, 16])

@@ -10,16 +10,20 @@ steps one at a time, `StepTimes` (step_times.py) says what each costs, and the r
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from multiprocessing.pool import Pool
 
 from ..config.hardware import Hardware, load_hardware
 from ..config.model import ModelConfig, kv_cache_bytes, load_model, shard
 from ..config.transformer import Step
 from ..errors import SimulatorError, check_count
 from ..inference import StepOptions, StepTimer, check_deployment, hbm_footprint
+from ..inference_report import StepTime
 from ..ops import DTYPE_BYTES
 from ..units import format_bytes_decimal as fmt_bytes
 from ..version import __version__
+from ..workers import worker_pool
 from .engine import POLICIES, PagedKVCache, longest, run_engine
 from .report import ServingReport, Slo
 from .requests import Lengths, Request, generate, load_trace
@@ -30,6 +34,7 @@ __all__ = ["serve", "load_trace", "generate", "Lengths", "Request", "Slo", "Serv
 BLOCK_TOKENS = 16  # vLLM's default block size
 MAX_BATCH = 256  # vLLM's default max_num_seqs
 MIN_STEP_TOKENS = 2048  # a prefill step's token budget, unless the longest prompt is longer
+CHUNKED_STEP_TOKENS = 512  # a chunked-prefill step's (vLLM's default)
 
 
 def serve(
@@ -48,19 +53,27 @@ def serve(
     kv_cache: str = "fp16",
     sample: bool = False,
     workload: str = "",
+    workers: int = 1,
     on_step: Callable[[str], None] | None = None,
 ) -> ServingReport:
     """Serve `requests` on `chips` chips in tensor parallel with `policy` (engine.py). A step
     holds at most `max_batch` sequences and, when it prefills, `max_step_tokens` tokens
-    (default: 2,048 or the longest prompt). The KV cache has `block_tokens` positions a
-    block and, per chip, `kv_cache_bytes_per_chip` bytes (default: what HBM has left after
-    the weights and the largest prefill's activations). `on_step` hears of each whole-model
-    step as its simulation starts."""
+    (default: 2,048 or the longest prompt, which a step must prefill whole; chunked: 512).
+    The KV cache has `block_tokens` positions a block and, per chip,
+    `kv_cache_bytes_per_chip` bytes (default: what HBM has left after the weights and the
+    largest prefill's activations). The whole-model steps a serving
+    step needs are simulated side by side on up to `workers` processes; `on_step` hears of
+    each as it is simulated."""
     if isinstance(model, str):
         model = load_model(model)
     if isinstance(hardware, str):
         hardware = load_hardware(hardware)
-    for name, value in (("chips", chips), ("max_batch", max_batch), ("block_tokens", block_tokens)):
+    for name, value in (
+        ("chips", chips),
+        ("max_batch", max_batch),
+        ("block_tokens", block_tokens),
+        ("workers", workers),
+    ):
         check_count(name, value)
     check_count("max_step_tokens", max_step_tokens, optional=True)
     if policy not in POLICIES:
@@ -69,9 +82,10 @@ def serve(
         raise SimulatorError("no requests to serve")
     check_deployment(hardware, chips, fusion, weights, kv_cache)
     prompts = [r.prompt_tokens for r in requests]
+    chunked = policy == "chunked"
     if max_step_tokens is None:
-        max_step_tokens = max(MIN_STEP_TOKENS, *prompts)
-    elif max_step_tokens < max(prompts):
+        max_step_tokens = CHUNKED_STEP_TOKENS if chunked else max(MIN_STEP_TOKENS, *prompts)
+    elif max_step_tokens < max(prompts) and not chunked:
         raise SimulatorError(
             f"--max-step-tokens {max_step_tokens:,} is below the longest prompt "
             f"({max(prompts):,} tokens, request {prompts.index(max(prompts))}), which a step "
@@ -110,26 +124,38 @@ def serve(
         )
 
     timer = StepTimer(part, hardware, options, None, False, sample, "serve")
+    with ExitStack() as pools:
+        pool: list[Pool] = []  # started when two steps are first asked for together
 
-    def time_step(step: Step):
-        if on_step:
-            on_step(f"{step.phase} {step.batch} x {step.new_tokens} @ {step.context}")
-        return timer(step)
+        def time_steps(steps: list[Step]) -> list[StepTime]:
+            if workers == 1 or len(steps) == 1:
+                timed: Iterable[StepTime] = map(timer, steps)
+            else:
+                if not pool:
+                    pool.append(pools.enter_context(worker_pool(min(workers, len(steps)))))
+                jobs = [(part, hardware, options, sample, step) for step in steps]
+                timed = pool[0].imap(_time_step, jobs)
+            found = []
+            for step, time in zip(steps, timed):
+                if on_step:
+                    on_step(f"{step.phase} {step.batch} x {step.new_tokens} @ {step.context}")
+                found.append(time)
+            return found
 
-    times = StepTimes(
-        time_step,
-        hardware.clock_hz,
-        chips,
-        min(prompts),
-        largest,
-        max_batch,
-        (min(prompts) + 1, max(r.prompt_tokens + r.output_tokens - 1 for r in requests)),
-    )
-    slo = slo or Slo()
-    _check_slo(slo, times, min(prompts))
-    served, steps = run_engine(
-        requests, times, PagedKVCache(blocks, block_tokens), policy, max_batch, max_step_tokens
-    )
+        times = StepTimes(
+            time_steps,
+            hardware.clock_hz,
+            chips,
+            1 if chunked else min(prompts),
+            largest,
+            max_batch,
+            (min(prompts) + 1, max(r.prompt_tokens + r.output_tokens - 1 for r in requests)),
+        )
+        slo = slo or Slo()
+        _check_slo(slo, times, min(prompts))
+        served, steps = run_engine(
+            requests, times, PagedKVCache(blocks, block_tokens), policy, max_batch, max_step_tokens
+        )
     idle_watts = 0.0 if hardware.energy is None else hardware.energy.static_watts * chips
     return ServingReport(
         model.name,
@@ -164,6 +190,12 @@ def serve(
             },
         },
     )
+
+
+def _time_step(job: tuple[ModelConfig, Hardware, StepOptions, bool, Step]) -> StepTime:
+    """A whole-model step, in a worker process."""
+    part, hardware, options, sample, step = job
+    return StepTimer(part, hardware, options, None, False, sample, "serve")(step)
 
 
 def _check_slo(slo: Slo, times: StepTimes, shortest_prompt: int) -> None:

@@ -9,6 +9,10 @@ Policies:
   block when none is free preempts the newest running request: its blocks are freed and it
   waits at the front of the queue, to be prefilled again over its prompt and the tokens it
   had generated (recompute).
+- `chunked` (Sarathi's, vLLM's chunked prefill): a step has a token budget; every running
+  request's decode comes first, and what is left of the budget prefills the waiting (and
+  part-prefilled) requests in order, a prompt over several steps if it must, so decodes
+  never wait behind a long prompt. A request's first token follows its prompt's last chunk.
 - `static`: when nothing runs, the requests waiting (up to a batch) start together, their
   blocks for prompt and output reserved at once, and the batch decodes until the last of
   them finishes; nobody joins a running batch.
@@ -25,7 +29,7 @@ import simpy
 from .requests import Request
 from .step_times import StepTimes
 
-POLICIES = ("continuous", "static")
+POLICIES = ("continuous", "chunked", "static")
 
 
 @dataclass
@@ -37,6 +41,13 @@ class Served:
     finish_s: float = math.nan
     generated: int = 0
     preempted: int = 0
+    prefilled: int = 0  # tokens of its current prefill done
+    target: int = 0  # tokens its current prefill covers (its prompt, and on a recompute
+    # the tokens it had generated)
+
+    @property
+    def decoding(self) -> bool:
+        return self.prefilled == self.target > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,9 +56,10 @@ class StepRecord:
 
     start_s: float
     end_s: float
-    phase: str
+    phase: str  # prefill, decode or mixed (decodes and prefill chunks)
     batch: int  # sequences in the step
-    tokens: int  # tokens it processed (prompts at prefill, one each at decode)
+    tokens: int  # tokens it processed (prompts or chunks at prefill, one each at decode)
+    generated: int  # tokens it gave requests (a chunk short of its prompt's end gives none)
     waiting: int  # requests queued as it started
     kv_blocks: int  # KV blocks held as it ended
     joules: float
@@ -84,10 +96,22 @@ class PagedKVCache:
 
 
 @dataclass
+class _Plan:
+    """One step: the running requests that decode a token, and prefill chunks (a request
+    and the tokens of its prefill this step covers)."""
+
+    decodes: list[Served]
+    chunks: list[tuple[Served, int]]
+
+    @property
+    def phase(self) -> str:
+        return "mixed" if self.decodes and self.chunks else "decode" if self.decodes else "prefill"
+
+
+@dataclass
 class _State:
     waiting: deque[Served] = field(default_factory=deque)
-    running: list[Served] = field(default_factory=list)
-    steps: list[StepRecord] = field(default_factory=list)
+    running: list[Served] = field(default_factory=list)  # in the order they were admitted
 
 
 def run_engine(
@@ -102,7 +126,9 @@ def run_engine(
     env = simpy.Environment()
     served = [Served(r) for r in requests]
     state = _State()
+    steps: list[StepRecord] = []
     arrived = [env.event()]  # fired at each arrival, for an engine with nothing to do
+    plan_step = {"continuous": _continuous, "chunked": _chunked, "static": _static}[policy]
 
     def arrivals():
         for s in served:
@@ -119,15 +145,18 @@ def run_engine(
                 yield arrived[0]
                 continue
             queued = len(state.waiting)
-            if policy == "static":
-                phase, batch = _static(state, cache, max_batch, max_step_tokens)
-            else:
-                phase, batch = _continuous(state, cache, max_batch, max_step_tokens)
-            tokens = [_tokens(s) for s in batch]
-            cost = times.prefill(tokens) if phase == "prefill" else times.decode(tokens)
+            plan = plan_step(state, cache, max_batch, max_step_tokens)
+            cost = times.step(
+                [_tokens(s) for s in plan.decodes], [(s.prefilled, k) for s, k in plan.chunks]
+            )
             start = env.now
             yield env.timeout(cost.seconds)
-            for s in batch:
+            given = list(plan.decodes)
+            for s, k in plan.chunks:
+                s.prefilled += k
+                if s.decoding:  # its prompt's last chunk: its next token
+                    given.append(s)
+            for s in given:
                 s.generated += 1
                 if s.generated == 1:
                     s.first_token_s = env.now
@@ -136,13 +165,14 @@ def run_engine(
                     cache.free(s.request.id)
                     state.running.remove(s)
                     done += 1
-            state.steps.append(
+            steps.append(
                 StepRecord(
                     start,
                     env.now,
-                    phase,
-                    len(batch),
-                    sum(tokens) if phase == "prefill" else len(batch),
+                    plan.phase,
+                    len(plan.decodes) + len(plan.chunks),
+                    len(plan.decodes) + sum(k for _, k in plan.chunks),
+                    len(given),
                     queued,
                     cache.used,
                     cost.joules,
@@ -152,13 +182,14 @@ def run_engine(
     env.process(arrivals())
     env.process(engine())
     env.run()
-    return served, state.steps
+    return served, steps
 
 
 def _tokens(s: Served) -> int:
-    """A request's prompt and the tokens it has generated: what its next step prefills (a
-    recomputed request prefills them all again), or the positions its next decode step
-    attends over (the newest token's among them); either way what its KV cache then holds."""
+    """A request's prompt and the tokens it has generated: what a prefill that admits it
+    covers (a recomputed request prefills them all again), or the positions its next decode
+    step attends over (the newest token's among them); either way what its KV cache then
+    holds."""
     return s.request.prompt_tokens + s.generated
 
 
@@ -168,53 +199,84 @@ def longest(request: Request) -> int:
     return request.prompt_tokens + request.output_tokens - 1
 
 
-def _continuous(
-    state: _State, cache: PagedKVCache, max_batch: int, max_step_tokens: int
-) -> tuple[str, list[Served]]:
-    admitted: list[Served] = []
+def _admit(state: _State, s: Served) -> None:
+    state.waiting.popleft()
+    s.prefilled, s.target = 0, _tokens(s)
+    state.running.append(s)
+
+
+def _continuous(state: _State, cache: PagedKVCache, max_batch: int, budget: int) -> _Plan:
+    chunks: list[tuple[Served, int]] = []
     tokens = 0
-    while state.waiting and len(state.running) + len(admitted) < max_batch:
+    while state.waiting and len(state.running) < max_batch:
         s = state.waiting[0]
-        prefill = _tokens(s)
-        if admitted and tokens + prefill > max_step_tokens:
+        if chunks and tokens + _tokens(s) > budget:
             break
-        if not cache.hold(s.request.id, prefill):
+        if not cache.hold(s.request.id, _tokens(s)):
             break
-        state.waiting.popleft()
-        admitted.append(s)
-        tokens += prefill
-    if admitted:
-        state.running.extend(admitted)
-        return "prefill", admitted
-    for s in list(state.running):  # oldest first: each takes a block for its next token
+        _admit(state, s)
+        chunks.append((s, s.target))
+        tokens += s.target
+    if chunks:
+        return _Plan([], chunks)
+    _make_room(state, cache, state.running)
+    return _Plan(list(state.running), [])
+
+
+def _chunked(state: _State, cache: PagedKVCache, max_batch: int, budget: int) -> _Plan:
+    decodes = [s for s in state.running if s.decoding]
+    _make_room(state, cache, decodes)
+    decodes = [s for s in decodes if s in state.running]
+    left = budget - len(decodes)
+    chunks: list[tuple[Served, int]] = []
+    for s in [s for s in state.running if not s.decoding]:  # part-prefilled, oldest first
+        if left <= 0:
+            break
+        k = min(left, s.target - s.prefilled)
+        if cache.hold(s.request.id, s.prefilled + k):
+            chunks.append((s, k))
+            left -= k
+    while left > 0 and state.waiting and len(state.running) < max_batch:
+        s = state.waiting[0]
+        k = min(left, _tokens(s))
+        if not cache.hold(s.request.id, k):
+            break
+        _admit(state, s)
+        chunks.append((s, k))
+        left -= k
+    return _Plan(decodes, chunks)
+
+
+def _make_room(state: _State, cache: PagedKVCache, decodes: list[Served]) -> None:
+    """Each decoding request, oldest first, takes a block for its next token if it needs
+    one; when none is free the newest running request is preempted (its blocks freed, it
+    waits at the front of the queue to be prefilled again), until the request has its
+    block or was itself the newest."""
+    for s in list(decodes):
         if s not in state.running:
             continue  # preempted below, to make room for an older one
         while not cache.hold(s.request.id, _tokens(s)):
-            newest = state.running[-1]
-            state.running.remove(newest)
+            newest = state.running.pop()
             cache.free(newest.request.id)
             newest.preempted += 1
+            newest.prefilled = newest.target = 0
             state.waiting.appendleft(newest)
             if newest is s:
                 break
-    return "decode", list(state.running)
 
 
-def _static(
-    state: _State, cache: PagedKVCache, max_batch: int, max_step_tokens: int
-) -> tuple[str, list[Served]]:
+def _static(state: _State, cache: PagedKVCache, max_batch: int, budget: int) -> _Plan:
     if state.running:
-        return "decode", list(state.running)
-    admitted: list[Served] = []
+        return _Plan(list(state.running), [])
+    chunks: list[tuple[Served, int]] = []
     tokens = 0
-    while state.waiting and len(admitted) < max_batch:
+    while state.waiting and len(chunks) < max_batch:
         s = state.waiting[0]
-        if admitted and tokens + s.request.prompt_tokens > max_step_tokens:
+        if chunks and tokens + s.request.prompt_tokens > budget:
             break
         if not cache.hold(s.request.id, longest(s.request)):
             break
-        state.waiting.popleft()
-        admitted.append(s)
-        tokens += s.request.prompt_tokens
-    state.running.extend(admitted)
-    return "prefill", admitted
+        _admit(state, s)
+        chunks.append((s, s.target))
+        tokens += s.target
+    return _Plan([], chunks)

@@ -5,6 +5,7 @@ the step times were obtained."""
 from __future__ import annotations
 
 import math
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -120,7 +121,10 @@ class ServingReport:
             },
             "steps": {
                 "count": len(self.steps),
-                "prefill": sum(step.phase == "prefill" for step in self.steps),
+                **{
+                    phase: sum(step.phase == phase for step in self.steps)
+                    for phase in ("prefill", "mixed", "decode")
+                },
                 "busy_share": busy_s / duration if duration else None,
                 "mean_batch": sum(d * s.batch for d, s in busy) / busy_s if busy_s else None,
                 "max_batch": max(s.batch for s in self.steps),
@@ -199,7 +203,9 @@ class ServingReport:
                 f"({met:,} of {len(self.served):,} met it)"
             )
         lines.append(
-            f"  steps: {steps['count']:,} ({steps['prefill']:,} prefill), busy "
+            f"  steps: {steps['count']:,} ({steps['prefill']:,} prefill"
+            + (f", {steps['mixed']:,} mixed" if steps["mixed"] else "")
+            + f"), busy "
             f"{100 * steps['busy_share']:.0f}% of the time; batch mean {steps['mean_batch']:.1f}, "
             f"max {steps['max_batch']}; queue max {steps['max_waiting']}"
         )
@@ -211,15 +217,18 @@ class ServingReport:
         )
         lines.append(f"  energy: {data['energy_j']['per_output_token']:.3g} J per output token")
         worst = max(self.checks, key=lambda c: abs(c.error), default=None)
-        lines.append(
-            f"  simulated: {self.simulated_steps} whole-model steps ({'; '.join(self.simulated)}); "
-            "every serving step interpolated between them"
+        method = (
+            f"{self.simulated_steps} whole-model steps ({'; '.join(self.simulated)}); every "
+            "serving step interpolated between them"
             + (
-                f"; {len(self.checks)} of them checked against the line through their neighbours: "
-                f"largest difference {100 * worst.error:+.2f}% ({worst.what})"
+                f"; {len(self.checks)} of them checked against the line through their "
+                f"neighbours: largest difference {100 * worst.error:+.2f}% ({worst.what})"
                 if worst is not None
                 else "; none has simulated neighbours on both sides to check the lines with"
             )
+        )
+        lines.append(
+            textwrap.fill(method, 92, initial_indent="  simulated: ", subsequent_indent=" " * 13)
         )
         return lines
 
