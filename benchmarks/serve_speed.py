@@ -42,7 +42,7 @@ def main() -> None:
     assert again == report, "a trace served from the cache differs from the one simulated"
     peak_bytes = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024  # Linux: KiB
     method = report["method"]
-    print(f"{' '.join(command[3:-2])}")
+    print(" ".join(c for c in command[3:] if c not in ("--json", "-")))
     print(f"  bare SimPy loop    {loop_s:8.2f} s   ({LOOP_TIMEOUTS:,} timeouts)")
     print(
         f"  served             {cold_s:8.1f} s   {cold_s / loop_s:6.1f} loops "

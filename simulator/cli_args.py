@@ -5,6 +5,15 @@ from __future__ import annotations
 
 import argparse
 
+from .cli_options import (
+    add_no_cache,
+    add_quiet,
+    count,
+    file_name,
+    whole,
+    worker_count,
+)
+from .cli_serve import add_serve
 from .config.figures import CLASSES, OVERRIDE, UNCLASSIFIED
 from .config.hardware import preset_names
 from .config.model import model_names
@@ -41,7 +50,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--json",
-        type=_file,
+        type=file_name,
         metavar="FILE",
         help="also write the full report as JSON ('-' for standard output)",
     )
@@ -52,7 +61,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--trace",
-        type=_file,
+        type=file_name,
         metavar="FILE",
         help="write a Chrome trace (open it in Perfetto "
         "or chrome://tracing): one track per pipe per core; FILE.json.gz gzips it",
@@ -71,7 +80,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     run.add_argument(
         "--plot",
-        type=_file,
+        type=file_name,
         metavar="DIR",
         help="write roofline, timeline, traffic and utilization PNGs into DIR",
     )
@@ -106,7 +115,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     compare.add_argument(
         "--json",
-        type=_file,
+        type=file_name,
         metavar="FILE",
         help="also write the comparison as JSON ('-' for standard output)",
     )
@@ -153,13 +162,13 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         default="ascend910",
         help=f"a preset ({presets}; any case) or a hardware file (default ascend910)",
     )
-    infer.add_argument("--batch", type=_count, default=1, help="sequences at once (default 1)")
+    infer.add_argument("--batch", type=count, default=1, help="sequences at once (default 1)")
     infer.add_argument(
-        "--prompt", type=_count, default=128, help="prompt tokens per sequence (default 128)"
+        "--prompt", type=count, default=128, help="prompt tokens per sequence (default 128)"
     )
     infer.add_argument(
         "--generate",
-        type=_whole,
+        type=whole,
         default=128,
         help="tokens generated per sequence (default 128; 0: the prefill alone)",
     )
@@ -184,7 +193,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     infer.add_argument(
         "--chips",
-        type=_count,
+        type=count,
         default=1,
         help="chips in tensor parallel: heads and MLP columns split, an all-reduce after "
         "attention and after the MLP over the preset's link (default 1)",
@@ -211,8 +220,8 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         action="store_true",
         help="run a request of more than 2,000 simulated layer-steps without asking",
     )
-    _quiet(infer)
-    _no_cache(infer, "steps")
+    add_quiet(infer)
+    add_no_cache(infer, "steps")
     _overrides(
         infer,
         "change a model field (num_key_value_heads=8) or, prefixed with hardware., a "
@@ -227,119 +236,25 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         "combine fields, up to 12 requests): --compare hardware=a100,h100",
     )
     infer.add_argument(
-        "--json", type=_file, metavar="FILE", help="also write the report as JSON ('-': stdout)"
+        "--json", type=file_name, metavar="FILE", help="also write the report as JSON ('-': stdout)"
     )
     infer.add_argument(
-        "--csv", type=_file, metavar="FILE", help="also write a CSV, one row per request"
+        "--csv", type=file_name, metavar="FILE", help="also write a CSV, one row per request"
     )
     infer.add_argument(
         "--plot",
-        type=_file,
+        type=file_name,
         metavar="FILE.png",
         help="also draw the times and where they go, one bar per request",
     )
 
-    serve = sub.add_parser(
-        "serve",
-        help="simulate serving a stream of requests: latency percentiles, throughput, SLOs",
-        description="Serve requests from a trace file or a Poisson generator with a batching "
-        "scheduler and a paged KV cache; every engine step is timed from whole-model steps "
-        "simulated at a few batch sizes, contexts and prompt lengths, interpolated between "
-        "(the report says which, and how far the lines are off where it can check them).",
-    )
-    serve.add_argument(
-        "model",
-        help=f"a shipped model ({', '.join(model_names())}; any case) or a config.json path",
-    )
-    serve.add_argument(
-        "--hardware",
-        default="ascend910",
-        help=f"a preset ({presets}; any case) or a hardware file (default ascend910)",
-    )
-    serve.add_argument(
-        "--trace",
-        type=_file,
-        metavar="FILE",
-        help="requests from a .jsonl or .csv file with the fields arrival_s, prompt_tokens, "
-        "output_tokens (arrivals in order)",
-    )
-    serve.add_argument(
-        "--rate", type=float, metavar="R", help="or Poisson arrivals, R requests a second"
-    )
-    serve.add_argument("--num", type=_count, default=100, help="requests generated (default 100)")
-    serve.add_argument(
-        "--prompt-len",
-        default="fixed:512",
-        metavar="DIST",
-        help="generated prompts' tokens: fixed:N, uniform:LOW-HIGH or lognormal:MEAN,SD "
-        "(default fixed:512)",
-    )
-    serve.add_argument(
-        "--output-len",
-        default="fixed:128",
-        metavar="DIST",
-        help="generated outputs' tokens, as --prompt-len (default fixed:128)",
-    )
-    serve.add_argument("--seed", type=_whole, default=0, help="the generator's seed (default 0)")
-    serve.add_argument(
-        "--policy",
-        choices=("continuous", "chunked", "static"),
-        default="continuous",
-        help="continuous batching (vLLM's: prefills first, preempting the newest request "
-        "when the KV cache is full), chunked prefill (Sarathi's: decodes first, prompts in "
-        "chunks filling a step's token budget) or static batches (default continuous)",
-    )
-    serve.add_argument(
-        "--max-batch", type=_count, default=256, help="sequences a step holds (default 256)"
-    )
-    serve.add_argument(
-        "--max-step-tokens",
-        type=_count,
-        metavar="N",
-        help="tokens a prefill step holds (default 2,048 or the longest prompt; chunked: 512)",
-    )
-    serve.add_argument(
-        "--block-tokens", type=_count, default=16, help="KV cache positions a block (default 16)"
-    )
-    serve.add_argument(
-        "--kv-cache-memory",
-        metavar="SIZE",
-        help="HBM a chip gives the KV cache, e.g. 20GB (default: all that the weights and "
-        "activations leave)",
-    )
-    serve.add_argument(
-        "--slo",
-        metavar="ttft=T,tpot=T",
-        help="latency targets for goodput, e.g. ttft=500ms,tpot=50ms (ms, s or us)",
-    )
-    serve.add_argument("--chips", type=_count, default=1, help="chips in tensor parallel")
-    serve.add_argument("--weights", choices=WEIGHT_DTYPES, default="fp16", help="as infer's")
-    serve.add_argument("--kv-cache", choices=KV_CACHE_DTYPES, default="fp16", help="as infer's")
-    serve.add_argument(
-        "--sample", action="store_true", help="sample the simulated steps' matmuls (as infer's)"
-    )
-    serve.add_argument(
-        "--workers",
-        type=_workers,
-        default=None,
-        help="processes simulating whole-model steps side by side (default: the number of cores)",
-    )
-    _quiet(serve)
-    _no_cache(serve, "simulated steps")
-    serve.add_argument(
-        "--json", type=_file, metavar="FILE", help="also write the report as JSON ('-': stdout)"
-    )
-    serve.add_argument(
-        "--csv", type=_file, metavar="FILE", help="also write a CSV, one row per request"
-    )
-    serve.add_argument(
-        "--force", action="store_true", help="overwrite files there that differ from them"
-    )
     infer.add_argument(
         "--force",
         action="store_true",
         help="overwrite an existing --json, --csv or --plot file that is not ours",
     )
+
+    add_serve(sub, presets)
 
     tune = sub.add_parser(
         "tune",
@@ -353,22 +268,22 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     _overrides(tune, "override any field first (repeatable)")
     tune.add_argument(
         "--top",
-        type=_count,
+        type=count,
         default=4,
         help="how many of the best-ranked tilings to simulate (default 4)",
     )
     tune.add_argument(
         "--workers",
-        type=_workers,
+        type=worker_count,
         default=None,
         help="worker processes (default: the number of cores)",
     )
     tune.add_argument(
-        "--write", type=_file, metavar="FILE", help="save the workload with the tuned tilings"
+        "--write", type=file_name, metavar="FILE", help="save the workload with the tuned tilings"
     )
     tune.add_argument("--force", action="store_true", help="overwrite FILE if it exists")
-    _quiet(tune)
-    _no_cache(tune, "kernel runs")
+    add_quiet(tune)
+    add_no_cache(tune, "kernel runs")
 
     sweep = sub.add_parser(
         "sweep",
@@ -390,7 +305,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     _overrides(sweep, "a value for every point (repeatable)")
     sweep.add_argument(
         "--workers",
-        type=_workers,
+        type=worker_count,
         default=None,
         help="worker processes (default: the number of cores)",
     )
@@ -406,12 +321,12 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         help="the Dask scheduler, e.g. tcp://10.0.0.5:8786 (with --executor dask)",
     )
     sweep.add_argument(
-        "--csv", type=_file, metavar="FILE", help="CSV path (default: <workload>-sweep.csv)"
+        "--csv", type=file_name, metavar="FILE", help="CSV path (default: <workload>-sweep.csv)"
     )
-    sweep.add_argument("--json", type=_file, metavar="FILE", help="also write the rows as JSON")
+    sweep.add_argument("--json", type=file_name, metavar="FILE", help="also write the rows as JSON")
     sweep.add_argument(
         "--plot",
-        type=_file,
+        type=file_name,
         metavar="FILE.png",
         help="line plot and roofline (one field) or heatmap (two fields)",
     )
@@ -426,8 +341,8 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     sweep.add_argument(
         "--yes", action="store_true", help="run a grid of more than 100 points without asking"
     )
-    _quiet(sweep)
-    _no_cache(sweep, "points")
+    add_quiet(sweep)
+    add_no_cache(sweep, "points")
     _max_cycles(sweep)
 
     cache = sub.add_parser(
@@ -459,21 +374,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     return parser
 
 
-def _quiet(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--quiet",
-        action="store_true",
-        help="no progress bar (there is none when stderr is not a terminal)",
-    )
-
-
-def _no_cache(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument(
-        "--no-cache",
-        action="store_true",
-        help=f"simulate every one of its {what}, neither reading nor filling the cache of "
-        "runs (python -m simulator cache)",
-    )
+MAX_VARIANTS = 32
 
 
 class _Parser(argparse.ArgumentParser):
@@ -482,46 +383,6 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         see = f" (see '{self.prog} --help')"
         self.exit(2, f"error: {clip(printable(message), len('error: ') + len(see))}{see}\n")
-
-
-MAX_WORKERS = 256
-MAX_VARIANTS = 32
-
-
-def _at_least(minimum: int):
-    """An integer option of at least `minimum`."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"{value} must be at least {minimum}")
-        return value
-
-    return parse
-
-
-_count = _at_least(1)  # a count of things
-_whole = _at_least(0)  # a count that may be none (--generate 0)
-
-
-def _workers(text: str) -> int:
-    value = _count(text)
-    if value > MAX_WORKERS:
-        raise argparse.ArgumentTypeError(
-            f"{value} is more worker processes than the "
-            f"{MAX_WORKERS} this machine could sensibly run"
-        )
-    return value
-
-
-def _file(text: str) -> str:
-    """A file or folder name option: an empty one is a slip, not 'no file'."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError("an empty name; give a file name")
-    return text
 
 
 def _core_list(text: str) -> frozenset[int]:
@@ -546,7 +407,7 @@ def _core_list(text: str) -> frozenset[int]:
 def _cycle_budget(text: str) -> int:
     from .engine.world import MAX_RUN_CYCLES
 
-    value = _count(text)
+    value = count(text)
     if value > MAX_RUN_CYCLES:
         raise argparse.ArgumentTypeError(
             f"{value:,} is more than the {MAX_RUN_CYCLES:,} cycles the simulator can follow"

@@ -39,7 +39,7 @@ LAYERS = (
     ),
     (
         "interface",
-        ("", "cli", "cli_args", "cli_infer", "cli_serve", "__main__"),
+        ("", "cli", "cli_args", "cli_options", "cli_infer", "cli_serve", "__main__"),
     ),  # the package's API and the CLI
 )
 

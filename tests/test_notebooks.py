@@ -11,8 +11,8 @@ NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 ANSWERS = sorted((ROOT / "notebooks" / "answers").glob("*.ipynb"))  # the labs' answer keys
 
 
-def test_there_are_five_labs():
-    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05"]
+def test_there_are_six_labs():
+    assert [p.name[:2] for p in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
 
 
 def test_every_answer_key_answers_a_lab():

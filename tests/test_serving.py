@@ -2,6 +2,7 @@
 times it composes from simulated whole-model steps, agreement with `infer` for one request at
 a time, and the one-line refusals of bad traces and options."""
 
+import gzip
 import json
 
 import pytest
@@ -14,7 +15,7 @@ from simulator.config.transformer import Step
 from simulator.errors import SimulatorError
 from simulator.inference import infer
 from simulator.inference_report import StepTime
-from simulator.serving import Lengths, Slo, generate, load_trace, serve
+from simulator.serving import Deployment, Lengths, Slo, find_capacity, generate, load_trace, serve
 from simulator.serving.engine import PagedKVCache, longest, run_engine
 from simulator.serving.requests import Request
 from simulator.serving.step_times import StepTimes, grid, spread
@@ -299,18 +300,20 @@ def test_the_serve_command_writes_its_report_and_rows_and_refuses_in_a_line(
         '{"arrival_s": 0.001, "prompt_tokens": 20, "output_tokens": 6}\n'
     )
     base = ["serve", "toy.json", "--hardware", "tiny", "--quiet"]
-    assert (
-        main(
-            [*base, "--trace", "t.jsonl", "--slo", "tpot=1s", "--json", "r.json", "--csv", "r.csv"]
-        )
-        == 0
-    )
+    outputs = ["--json", "r.json", "--csv", "r.csv", "--timeline", "t.json.gz", "--plot", "p.png"]
+    assert main([*base, "--trace", "t.jsonl", "--slo", "tpot=1s", *outputs]) == 0
     out = capsys.readouterr().out
     assert "2 requests (trace t.jsonl), continuous batching" in out
     assert "goodput (TPOT <= 1000 ms)" in out and "2 rows written to r.csv" in out
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["requests"] == 2 and report["slo"]["met"] == 2
     assert (tmp_path / "r.csv").read_text().splitlines()[0].startswith("id,arrival_s,")
+    timeline = json.loads(gzip.decompress((tmp_path / "t.json.gz").read_bytes()))
+    tracks = {e["args"]["name"] for e in timeline["traceEvents"] if e["name"] == "thread_name"}
+    assert tracks == {"steps", "request 0", "request 1"}
+    spans = [e["name"] for e in timeline["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
+    assert spans.count("prefill") == 2 and spans.count("decode") == 2
+    assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     (tmp_path / "mine.csv").write_text("my notes\n")
     for extra, problem in (
         (["--trace", "t.jsonl", "--csv", "mine.csv"], "mine.csv"),
@@ -319,6 +322,9 @@ def test_the_serve_command_writes_its_report_and_rows_and_refuses_in_a_line(
         (["--rate", "2", "--slo", "ttft=fast"], "--slo ttft=fast: write ttft=TIME,tpot=TIME"),
         (["--rate", "2", "--kv-cache-memory", "lots"], "--kv-cache-memory: "),
         (["--trace", "missing.jsonl"], "missing.jsonl: no such trace file"),
+        (["--rate", "2", "--find-capacity"], "--find-capacity varies the rate"),
+        (["--trace", "t.jsonl", "--find-capacity", "--slo", "tpot=1s"], "give --rate R"),
+        (["--rate", "2", "--attainment", "1.5"], "--attainment: a share above 0"),
     ):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err
@@ -364,3 +370,29 @@ def test_a_mixed_step_is_the_decode_plus_what_its_chunks_add():
     assert mixed == pytest.approx(expected, rel=1e-12)
     assert times.step([183] * 2, []) == times.decode([183] * 2)
     assert times.step([], [(0, 8), (0, 16)]) == times.prefill([8, 16])
+
+
+def test_the_capacity_search_brackets_the_highest_rate_that_meets_the_target(tiny):
+    """The rate found meets the target (90% of requests within it), and a rate within the
+    search's 5% above it does not; every point serves the same requests, only sooner, on one
+    deployment, so the whole-model steps are simulated once for all of them."""
+    model = parse_model(TOY, "toy", "<toy>")
+    prompt, output = Lengths.parse("p", "uniform:16-64"), Lengths.parse("o", "fixed:8")
+
+    def requests_at(rate):
+        return generate(rate, 60, prompt, output, 3)
+
+    alone = serve(model, tiny, requests_at(1.0))
+    slo = Slo(ttft_s=4 * max(row["ttft_s"] for row in alone.rows()))
+    with Deployment(model, tiny, requests_at(1.0)) as deployment:
+        found = find_capacity(deployment, requests_at, slo, 100.0)
+    assert found.rate_per_s is not None and found.at_capacity.rate_per_s == found.rate_per_s
+    assert found.at_capacity.attainment >= 0.9
+    failed = [p.rate_per_s for p in found.points if p.attainment < 0.9]
+    assert min(r for r in failed if r > found.rate_per_s) <= found.rate_per_s * 1.05
+    counts = [p.report.simulated_steps for p in found.points]  # one step model for them all
+    assert counts == sorted(counts) and counts[-1] < sum(counts)
+    data = found.to_dict()
+    assert data["capacity_requests_per_s"] == found.rate_per_s
+    assert [p["rate_per_s"] for p in data["points"]] == sorted(p.rate_per_s for p in found.points)
+    assert "capacity:" in found.summary()[-1]

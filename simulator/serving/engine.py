@@ -37,6 +37,7 @@ class Served:
     """What happened to one request (times in seconds from the start)."""
 
     request: Request
+    admitted_s: float = math.nan  # first taken into a step
     first_token_s: float = math.nan
     finish_s: float = math.nan
     generated: int = 0
@@ -146,6 +147,9 @@ def run_engine(
                 continue
             queued = len(state.waiting)
             plan = plan_step(state, cache, max_batch, max_step_tokens)
+            for s, _ in plan.chunks:
+                if math.isnan(s.admitted_s):
+                    s.admitted_s = env.now
             cost = times.step(
                 [_tokens(s) for s in plan.decodes], [(s.prefilled, k) for s, k in plan.chunks]
             )

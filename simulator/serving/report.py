@@ -178,8 +178,9 @@ class ServingReport:
         data = self.to_dict()
         where = f"{self.chips} x {self.hardware}" if self.chips > 1 else self.hardware
         lines = [
-            f"serve {self.model} on {where}: {len(self.served):,} requests ({self.workload}), "
-            f"{self.policy} batching",
+            f"serve {self.model} on {where}: {len(self.served):,} requests"
+            + (f" ({self.workload})" if self.workload else "")
+            + f", {self.policy} batching",
             f"  {'':14s}{'p50':>10s}{'p90':>10s}{'p99':>10s}",
         ]
         for key, label in (("ttft_s", "TTFT (ms)"), ("tpot_s", "TPOT (ms)"), ("e2e_s", "E2E (s)")):

@@ -192,16 +192,22 @@ def trace_limits(workload, cores: frozenset[int] | None, kernels: str | None) ->
 
 
 def write_chrome_trace(report, path: str | Path, only: TraceLimits | None = None) -> None:
-    """Write the trace as JSON, gzipped when `path` ends in .gz (with no name or time in
-    its header, so the same run writes the same bytes)."""
+    """Write the trace as JSON, gzipped when `path` ends in .gz."""
+    other = {"workload": report.workload, "hardware": report.hardware}
+    write_events(path, other, chrome_trace_events(report, only))
+
+
+def write_events(path: str | Path, other: dict, events: list[dict]) -> None:
+    """A Chrome trace of `events` (with `other` beside our mark in its header), gzipped when
+    `path` ends in .gz (with no name or time in the gzip header, so the same run writes the
+    same bytes). Timestamps are microseconds of simulated time."""
     trace = {
         "otherData": {
             "format": format_mark("trace"),
-            "workload": report.workload,
-            "hardware": report.hardware,
+            **other,
             "time_unit": "microseconds of simulated time",
         },
-        "traceEvents": chrome_trace_events(report, only),
+        "traceEvents": events,
         "displayTimeUnit": "ns",
     }
     text = json.dumps(trace, separators=(",", ":"), allow_nan=False).encode("utf-8")

@@ -1,0 +1,62 @@
+"""Argument types and options the commands share (cli_args.py builds most of the grammar,
+cli_serve.py serve's)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_quiet(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bar (there is none when stderr is not a terminal)",
+    )
+
+
+def add_no_cache(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help=f"simulate every one of its {what}, neither reading nor filling the cache of "
+        "runs (python -m simulator cache)",
+    )
+
+
+MAX_WORKERS = 256
+
+
+def at_least(minimum: int):
+    """An integer option of at least `minimum`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text[:40]!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{value} must be at least {minimum}")
+        return value
+
+    return parse
+
+
+count = at_least(1)  # a count of things
+whole = at_least(0)  # a count that may be none (--generate 0)
+
+
+def worker_count(text: str) -> int:
+    value = count(text)
+    if value > MAX_WORKERS:
+        raise argparse.ArgumentTypeError(
+            f"{value} is more worker processes than the "
+            f"{MAX_WORKERS} this machine could sensibly run"
+        )
+    return value
+
+
+def file_name(text: str) -> str:
+    """A file or folder name option: an empty one is a slip, not 'no file'."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("an empty name; give a file name")
+    return text

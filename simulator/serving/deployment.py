@@ -1,0 +1,249 @@
+"""A deployment: a model on a chip group with a batching policy, a token budget and a paged KV
+cache, sized for the requests it will serve, and the step times it composes from whole-model
+steps (kept for every trace it serves: a capacity search serves one trace at many rates)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from contextlib import ExitStack
+from multiprocessing.pool import Pool
+
+from ..config.hardware import Hardware, load_hardware
+from ..config.model import ModelConfig, kv_cache_bytes, load_model, shard
+from ..config.transformer import Step
+from ..errors import SimulatorError, check_count
+from ..inference import StepOptions, StepTimer, check_deployment, hbm_footprint
+from ..inference_report import StepTime
+from ..ops import DTYPE_BYTES
+from ..units import format_bytes_decimal as fmt_bytes
+from ..version import __version__
+from ..workers import worker_pool
+from .engine import POLICIES, PagedKVCache, longest, run_engine
+from .report import ServingReport, Slo
+from .requests import Request
+from .step_times import StepTimes
+
+BLOCK_TOKENS = 16  # vLLM's default block size
+MAX_BATCH = 256  # vLLM's default max_num_seqs
+MIN_STEP_TOKENS = 2048  # a prefill step's token budget, unless the longest prompt is longer
+CHUNKED_STEP_TOKENS = 512  # a chunked-prefill step's (vLLM's default)
+
+
+class Deployment:
+    """`model` on `chips` chips in tensor parallel serving with `policy` (engine.py), sized
+    for `requests` (their lengths; `serve` may then serve them, or the same lengths at other
+    arrival times). A step holds at most `max_batch` sequences and, when it prefills,
+    `max_step_tokens` tokens (default: 2,048 or the longest prompt, which a step must
+    prefill whole; chunked: 512). The KV cache has `block_tokens` positions a block and,
+    per chip, `kv_cache_bytes_per_chip` bytes (default: what HBM has left after the weights
+    and the largest prefill's activations). The whole-model steps a serving step needs are
+    simulated side by side on up to `workers` processes; `on_step` hears of each as it is
+    simulated. Use it as a context manager: its worker processes end with the block."""
+
+    def __init__(
+        self,
+        model: ModelConfig | str,
+        hardware: Hardware | str,
+        requests: tuple[Request, ...],
+        chips: int = 1,
+        policy: str = "continuous",
+        max_batch: int = MAX_BATCH,
+        max_step_tokens: int | None = None,
+        block_tokens: int = BLOCK_TOKENS,
+        kv_cache_bytes_per_chip: int | None = None,
+        fusion: str = "auto",
+        weights: str = "fp16",
+        kv_cache: str = "fp16",
+        sample: bool = False,
+        workers: int = 1,
+        on_step: Callable[[str], None] | None = None,
+    ):
+        if isinstance(model, str):
+            model = load_model(model)
+        if isinstance(hardware, str):
+            hardware = load_hardware(hardware)
+        for name, value in (
+            ("chips", chips),
+            ("max_batch", max_batch),
+            ("block_tokens", block_tokens),
+            ("workers", workers),
+        ):
+            check_count(name, value)
+        check_count("max_step_tokens", max_step_tokens, optional=True)
+        if policy not in POLICIES:
+            raise SimulatorError(f"policy must be one of {', '.join(POLICIES)}, got {policy!r}")
+        if not requests:
+            raise SimulatorError("no requests to serve")
+        check_deployment(hardware, chips, fusion, weights, kv_cache)
+        prompts = [r.prompt_tokens for r in requests]
+        chunked = policy == "chunked"
+        if max_step_tokens is None:
+            max_step_tokens = CHUNKED_STEP_TOKENS if chunked else max(MIN_STEP_TOKENS, *prompts)
+        elif max_step_tokens < max(prompts) and not chunked:
+            raise SimulatorError(
+                f"--max-step-tokens {max_step_tokens:,} is below the longest prompt "
+                f"({max(prompts):,} tokens, request {prompts.index(max(prompts))}), which a step "
+                "must prefill whole"
+            )
+        too_long = next((r for r in requests if longest(r) + 1 > model.max_context), None)
+        if too_long is not None:
+            raise SimulatorError(
+                f"request {too_long.id}: {model.name} attends over at most "
+                f"{model.max_context:,} positions, but prompt {too_long.prompt_tokens:,} + output "
+                f"{too_long.output_tokens:,} is {too_long.prompt_tokens + too_long.output_tokens:,}"
+            )
+
+        part = shard(model, chips)
+        options = StepOptions(fusion, weights, kv_cache)
+        largest = max(max_step_tokens, *(longest(r) for r in requests))
+        need = hbm_footprint(part, hardware, Step("prefill", 1, largest, largest), 0, options)
+        left = need.hbm_capacity_bytes - need.weight_bytes - need.activation_bytes
+        if kv_cache_bytes_per_chip is None:
+            kv_cache_bytes_per_chip = left
+        elif kv_cache_bytes_per_chip > left:
+            raise SimulatorError(
+                f"--kv-cache-memory {fmt_bytes(kv_cache_bytes_per_chip)} is more than the "
+                f"{fmt_bytes(max(left, 0))} of HBM per chip left after the weights and activations"
+            )
+        block_bytes = kv_cache_bytes(part, block_tokens, DTYPE_BYTES[kv_cache])
+        blocks = max(0, kv_cache_bytes_per_chip) // block_bytes
+        where = f"{chips} x {hardware.name}" if chips > 1 else hardware.name
+        biggest = max(requests, key=longest)
+        if blocks * block_tokens < longest(biggest):
+            raise SimulatorError(
+                f"request {biggest.id} needs a KV cache of {longest(biggest):,} positions, but "
+                f"{where} holds {blocks * block_tokens:,} ({fmt_bytes(kv_cache_bytes_per_chip)} a "
+                f"chip after weights {fmt_bytes(need.weight_bytes)} and activations "
+                f"{fmt_bytes(need.activation_bytes)}); try more chips, int8 weights or an fp8 "
+                "KV cache"
+            )
+
+        self.model, self.hardware, self.policy = model, hardware, policy
+        self.chips, self.max_batch, self.max_step_tokens = chips, max_batch, max_step_tokens
+        self.blocks, self.block_tokens = blocks, block_tokens
+        self.kv_cache_bytes_per_chip = kv_cache_bytes_per_chip
+        self.options = {
+            "chips": chips,
+            "policy": policy,
+            "max_batch": max_batch,
+            "max_step_tokens": max_step_tokens,
+            "block_tokens": block_tokens,
+            "kv_cache_bytes_per_chip": kv_cache_bytes_per_chip,
+            "fusion": fusion,
+            "weights": weights,
+            "kv_cache": kv_cache,
+            "sample": sample,
+        }
+        self._pools = ExitStack()
+        pool: list[Pool] = []  # started when two steps are first asked for together
+        timer = StepTimer(part, hardware, options, None, False, sample, "serve")
+
+        def time_steps(steps: list[Step]) -> list[StepTime]:
+            if workers == 1 or len(steps) == 1:
+                timed: Iterable[StepTime] = map(timer, steps)
+            else:
+                if not pool:
+                    pool.append(self._pools.enter_context(worker_pool(workers)))
+                jobs = [(part, hardware, options, sample, step) for step in steps]
+                timed = pool[0].imap(_time_step, jobs)
+            found = []
+            for step, time in zip(steps, timed):
+                if on_step:
+                    on_step(f"{step.phase} {step.batch} x {step.new_tokens} @ {step.context}")
+                found.append(time)
+            return found
+
+        self.times = StepTimes(
+            time_steps,
+            hardware.clock_hz,
+            chips,
+            1 if chunked else min(prompts),
+            largest,
+            max_batch,
+            (min(prompts) + 1, max(r.prompt_tokens + r.output_tokens - 1 for r in requests)),
+        )
+        self._lengths = sorted({(r.prompt_tokens, r.output_tokens) for r in requests})
+
+    def __enter__(self) -> Deployment:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._pools.close()
+
+    def serve(
+        self, requests: tuple[Request, ...], slo: Slo | None = None, workload: str = ""
+    ) -> ServingReport:
+        """Serve `requests` (of the lengths the deployment was sized for) and report it,
+        each request's TTFT and TPOT judged against `slo`."""
+        lengths = sorted({(r.prompt_tokens, r.output_tokens) for r in requests})
+        if not requests or not set(lengths) <= set(self._lengths):
+            raise ValueError("serve the lengths the deployment was sized for")
+        slo = slo or Slo()
+        _check_slo(slo, self.times, min(r.prompt_tokens for r in requests))
+        served, steps = run_engine(
+            requests,
+            self.times,
+            PagedKVCache(self.blocks, self.block_tokens),
+            self.policy,
+            self.max_batch,
+            self.max_step_tokens,
+        )
+        energy = self.hardware.energy
+        return ServingReport(
+            self.model.name,
+            self.hardware.name,
+            self.chips,
+            self.policy,
+            workload,
+            tuple(served),
+            tuple(steps),
+            self.blocks,
+            self.block_tokens,
+            0.0 if energy is None else energy.static_watts * self.chips,
+            len(self.times.simulated),
+            _simulated(self.times),
+            tuple(self.times.checks()),
+            slo,
+            {
+                "simulator_version": __version__,
+                "model_file": self.model.source,
+                "hardware_file": self.hardware.source,
+                "options": self.options,
+            },
+        )
+
+
+def _time_step(job: tuple[ModelConfig, Hardware, StepOptions, bool, Step]) -> StepTime:
+    """A whole-model step, in a worker process."""
+    part, hardware, options, sample, step = job
+    return StepTimer(part, hardware, options, None, False, sample, "serve")(step)
+
+
+def _check_slo(slo: Slo, times: StepTimes, shortest_prompt: int) -> None:
+    """Refuse a target no request could meet even alone on the chip."""
+    if slo.ttft_s is not None:
+        alone = times.prefill([shortest_prompt]).seconds
+        if slo.ttft_s < alone:
+            raise SimulatorError(
+                f"--slo ttft={1e3 * slo.ttft_s:g}ms cannot be met: the shortest prompt "
+                f"({shortest_prompt:,} tokens) alone takes {1e3 * alone:.3g} ms to prefill"
+            )
+    if slo.tpot_s is not None:
+        step = times.decode([shortest_prompt + 1]).seconds
+        if slo.tpot_s < step:
+            raise SimulatorError(
+                f"--slo tpot={1e3 * slo.tpot_s:g}ms cannot be met: a decode step of one "
+                f"sequence alone takes {1e3 * step:.3g} ms"
+            )
+
+
+def _simulated(times: StepTimes) -> tuple[str, ...]:
+    prefills = sorted(s.new_tokens for s in times.simulated if s.phase == "prefill")
+    decodes = sorted((s.batch, s.context) for s in times.simulated if s.phase == "decode")
+    found = []
+    if prefills:
+        found.append("prefill of " + ", ".join(f"{t:,}" for t in prefills) + " tokens")
+    for batch in sorted({b for b, _ in decodes}):
+        contexts = [c for b, c in decodes if b == batch]
+        found.append(f"decode of {batch} at " + ", ".join(f"{c:,}" for c in contexts))
+    return tuple(found)

@@ -1,0 +1,140 @@
+"""A served trace drawn: a Perfetto (Chrome trace) timeline with the engine's steps and a
+track per request, and a plot of how the batch, the queue, the KV cache and the latencies
+ran over time. Both read a serving report (serving/report.py) and nothing else."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+from matplotlib.ticker import NullFormatter, ScalarFormatter
+
+from .chrome_trace import write_events
+from .plots import _finish
+
+ENGINE_PID, REQUESTS_PID = 1, 2
+US = 1e6  # trace timestamps are microseconds of simulated time
+
+
+def serving_trace_events(report) -> list[dict]:
+    """The engine's steps as slices on one track, with counters for the batch, the queue
+    and the KV blocks held; each request on a track of its own: queued, prefill (admitted
+    to first token, recomputes included), decode (first token to finish)."""
+    events: list[dict] = [
+        {"ph": "M", "pid": ENGINE_PID, "name": "process_name", "args": {"name": "engine"}},
+        {"ph": "M", "pid": REQUESTS_PID, "name": "process_name", "args": {"name": "requests"}},
+        {"ph": "M", "pid": ENGINE_PID, "tid": 0, "name": "thread_name", "args": {"name": "steps"}},
+    ]
+    for step in report.steps:
+        events.append(
+            {
+                "ph": "X",
+                "pid": ENGINE_PID,
+                "tid": 0,
+                "name": step.phase,
+                "ts": step.start_s * US,
+                "dur": (step.end_s - step.start_s) * US,
+                "args": {"batch": step.batch, "tokens": step.tokens, "waiting": step.waiting},
+            }
+        )
+        events.append(
+            {
+                "ph": "C",
+                "pid": ENGINE_PID,
+                "name": "load",
+                "ts": step.start_s * US,
+                "args": {"batch": step.batch, "waiting": step.waiting},
+            }
+        )
+        events.append(
+            {
+                "ph": "C",
+                "pid": ENGINE_PID,
+                "name": "KV blocks held",
+                "ts": step.end_s * US,
+                "args": {"blocks": step.kv_blocks},
+            }
+        )
+    for s in report.served:
+        request = s.request
+        events.append(
+            {
+                "ph": "M",
+                "pid": REQUESTS_PID,
+                "tid": request.id,
+                "name": "thread_name",
+                "args": {"name": f"request {request.id}"},
+            }
+        )
+        spans = (
+            ("queued", request.arrival_s, s.admitted_s),
+            ("prefill", s.admitted_s, s.first_token_s),
+            ("decode", s.first_token_s, s.finish_s),
+        )
+        for name, start, end in spans:
+            if end > start:
+                events.append(
+                    {
+                        "ph": "X",
+                        "pid": REQUESTS_PID,
+                        "tid": request.id,
+                        "name": name,
+                        "ts": start * US,
+                        "dur": (end - start) * US,
+                        "args": {
+                            "prompt_tokens": request.prompt_tokens,
+                            "output_tokens": request.output_tokens,
+                            "preempted": s.preempted,
+                        },
+                    }
+                )
+    return events
+
+
+def write_serving_trace(report, path: str | Path) -> None:
+    other = {"model": report.model, "hardware": report.hardware, "policy": report.policy}
+    write_events(path, other, serving_trace_events(report))
+
+
+def plot_serving(report, path=None):
+    """Over simulated time: the batch and the queue at each step, the KV cache held, and
+    each request's TTFT and TPOT at its arrival."""
+    steps, served = report.steps, report.served
+    starts = [step.start_s for step in steps]
+    fig, (load, cache, latency) = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)
+    load.step(starts, [step.batch for step in steps], where="post", label="batch")
+    load.step(starts, [step.waiting for step in steps], where="post", label="queued")
+    load.set_ylabel("requests")
+    load.set_title(f"{report.model} on {report.hardware}: {report.policy} batching")
+    load.legend(fontsize=8, loc="upper right")
+    cache.step(
+        [step.end_s for step in steps],
+        [100 * step.kv_blocks / report.kv_blocks for step in steps],
+        where="post",
+    )
+    cache.set_ylabel("KV cache held, %")
+    arrivals = [s.request.arrival_s for s in served]
+    latency.scatter(
+        arrivals,
+        [1e3 * (s.first_token_s - s.request.arrival_s) for s in served],
+        s=6,
+        label="TTFT",
+    )
+    decoding = [s for s in served if s.request.output_tokens > 1]
+    latency.scatter(
+        [s.request.arrival_s for s in decoding],
+        [1e3 * (s.finish_s - s.first_token_s) / (s.request.output_tokens - 1) for s in decoding],
+        s=6,
+        label="TPOT",
+    )
+    for value, name in ((report.slo.ttft_s, "TTFT target"), (report.slo.tpot_s, "TPOT target")):
+        if value is not None:
+            latency.axhline(1e3 * value, linestyle="--", linewidth=0.8, color="grey")
+            latency.annotate(name, (0, 1e3 * value), fontsize=7, color="grey")
+    latency.set_yscale("log")
+    latency.yaxis.set_major_formatter(ScalarFormatter())
+    latency.yaxis.set_minor_formatter(NullFormatter())
+    latency.set_ylabel("ms")
+    latency.set_xlabel("simulated seconds (requests at their arrival)")
+    latency.legend(fontsize=8, loc="upper right")
+    return _finish(fig, path)
