@@ -163,6 +163,7 @@ class Deployment:
             (min(prompts) + 1, max(r.prompt_tokens + r.output_tokens - 1 for r in requests)),
         )
         self._lengths = sorted({(r.prompt_tokens, r.output_tokens) for r in requests})
+        self.times.simulate_prompts(r.prompt_tokens for r in requests)
 
     def __enter__(self) -> Deployment:
         return self

@@ -135,6 +135,14 @@ class StepTimes:
         )
         return Cost(cost.seconds + added, cost.joules + added * self._prefill_at(total, _watts))
 
+    def simulate_prompts(self, prompts: Iterable[int]) -> None:
+        """Simulate at once the prefills either side of every prompt length in `prompts`:
+        every step that finishes a prompt needs its attention from them, so they are needed
+        anyway, and asked for together they run side by side (the largest first, so the
+        workers end together) instead of a few at a time as the steps find them."""
+        points = {t for p in set(prompts) for t in _bracket(self.prefill_grid, p)[:2]}
+        self._simulate(_prefill_step(t) for t in sorted(points, reverse=True))
+
     def prefill(self, prompts: Sequence[int]) -> Cost:
         """Whole prompts, prefilled together."""
         return self.step([], [(0, p) for p in prompts])
