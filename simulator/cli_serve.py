@@ -23,6 +23,7 @@ _SECONDS = {"us": 1e-6, "ms": 1e-3, "s": 1.0}
 def add_serve(sub, presets: str) -> None:
     """The `serve` command's grammar, on the commands' subparsers."""
     from .config.model import model_names
+    from .config.runtime import runtime_names
     from .config.transformer import KV_CACHE_DTYPES, WEIGHT_DTYPES
 
     serve = sub.add_parser(
@@ -111,6 +112,12 @@ def add_serve(sub, presets: str) -> None:
         help="the share of requests that must meet --slo for a rate to count (default 0.9)",
     )
     serve.add_argument("--chips", type=count, default=1, help="chips in tensor parallel")
+    serve.add_argument(
+        "--runtime",
+        metavar="RUNTIME",
+        help=f"the software driving the chip, as infer's: a profile ({', '.join(runtime_names())}) "
+        "or a runtime file; its launch costs and host time join every step",
+    )
     serve.add_argument("--weights", choices=WEIGHT_DTYPES, default="fp16", help="as infer's")
     serve.add_argument("--kv-cache", choices=KV_CACHE_DTYPES, default="fp16", help="as infer's")
     serve.add_argument(
@@ -153,6 +160,7 @@ def run_serve(args) -> int:
 
     from .config.hardware import load_hardware
     from .config.model import load_model
+    from .config.runtime import load_runtime
     from .serving import Deployment, Lengths, find_capacity, generate, load_trace
 
     named = (
@@ -185,7 +193,13 @@ def run_serve(args) -> int:
             f"--attainment: a share above 0 and at most 1, got {args.attainment:g}"
         )
     model, hardware = load_model(args.model), load_hardware(args.hardware)
-    sources = (model.source, hardware.source, *([args.trace] if args.trace else []))
+    runtime = None if args.runtime in (None, "none") else load_runtime(args.runtime)
+    sources = (
+        model.source,
+        hardware.source,
+        *([runtime.source] if runtime else []),
+        *([args.trace] if args.trace else []),
+    )
     check_outputs(list(outputs.values()), tuple(str(s) for s in sources))
     if args.trace is not None:
         requests = load_trace(args.trace)
@@ -213,6 +227,7 @@ def run_serve(args) -> int:
         "weights": args.weights,
         "kv_cache": args.kv_cache,
         "sample": args.sample,
+        "runtime": runtime,
         "workers": args.workers or os.cpu_count() or 1,
         "on_step": on_step,
     }

@@ -396,3 +396,16 @@ def test_the_capacity_search_brackets_the_highest_rate_that_meets_the_target(tin
     assert data["capacity_requests_per_s"] == found.rate_per_s
     assert [p["rate_per_s"] for p in data["points"]] == sorted(p.rate_per_s for p in found.points)
     assert "capacity:" in found.summary()[-1]
+
+
+def test_a_runtime_profile_drives_every_serving_step(tiny):
+    """A runtime's host time per step joins every whole-model step the step times come from,
+    so one request alone takes what `infer` says it takes on that runtime."""
+    model = parse_model(TOY, "toy", "<toy>")
+    requests = (Request(0, 0.0, 32, 9),)
+    bare = serve(model, tiny, requests).rows()[0]
+    driven = serve(model, tiny, requests, runtime="vllm-v0")
+    alone = infer(model, tiny, prompt=32, generate=9, runtime="vllm-v0").to_dict()
+    assert driven.rows()[0]["e2e_s"] * 1e6 == pytest.approx(alone["e2e_us"], rel=0.01)
+    assert driven.rows()[0]["e2e_s"] > bare["e2e_s"]
+    assert driven.to_dict()["provenance"]["options"]["runtime"] == "vllm-v0"

@@ -10,6 +10,7 @@ from multiprocessing.pool import Pool
 
 from ..config.hardware import Hardware, load_hardware
 from ..config.model import ModelConfig, kv_cache_bytes, load_model, shard
+from ..config.runtime import Runtime, load_runtime
 from ..config.transformer import Step
 from ..errors import SimulatorError, check_count
 from ..inference import StepOptions, StepTimer, check_deployment, hbm_footprint
@@ -36,9 +37,12 @@ class Deployment:
     `max_step_tokens` tokens (default: 2,048 or the longest prompt, which a step must
     prefill whole; chunked: 512). The KV cache has `block_tokens` positions a block and,
     per chip, `kv_cache_bytes_per_chip` bytes (default: what HBM has left after the weights
-    and the largest prefill's activations). The whole-model steps a serving step needs are
-    simulated side by side on up to `workers` processes; `on_step` hears of each as it is
-    simulated. Use it as a context manager: its worker processes end with the block."""
+    and the largest prefill's activations). `runtime` (a profile, or its name) drives every
+    step as in `infer`: its launch figures and its host time per step (a serving step's first
+    token comes from its prefill whatever the profile says of a request's). The whole-model
+    steps a serving step needs are simulated side by side on up to `workers` processes;
+    `on_step` hears of each as it is simulated. Use it as a context manager: its worker
+    processes end with the block."""
 
     def __init__(
         self,
@@ -55,6 +59,7 @@ class Deployment:
         weights: str = "fp16",
         kv_cache: str = "fp16",
         sample: bool = False,
+        runtime: Runtime | str | None = None,
         workers: int = 1,
         on_step: Callable[[str], None] | None = None,
     ):
@@ -62,6 +67,10 @@ class Deployment:
             model = load_model(model)
         if isinstance(hardware, str):
             hardware = load_hardware(hardware)
+        if isinstance(runtime, str):
+            runtime = load_runtime(runtime)
+        if runtime is not None:  # its launch figures replace the hardware file's
+            hardware = runtime.on(hardware)
         for name, value in (
             ("chips", chips),
             ("max_batch", max_batch),
@@ -133,10 +142,11 @@ class Deployment:
             "weights": weights,
             "kv_cache": kv_cache,
             "sample": sample,
+            "runtime": None if runtime is None else runtime.name,
         }
         self._pools = ExitStack()
         pool: list[Pool] = []  # started when two steps are first asked for together
-        timer = StepTimer(part, hardware, options, None, False, sample, "serve")
+        timer = StepTimer(part, hardware, options, runtime, False, sample, "serve")
 
         def time_steps(steps: list[Step]) -> list[StepTime]:
             if workers == 1 or len(steps) == 1:
@@ -144,7 +154,7 @@ class Deployment:
             else:
                 if not pool:
                     pool.append(self._pools.enter_context(worker_pool(workers)))
-                jobs = [(part, hardware, options, sample, step) for step in steps]
+                jobs = [(part, hardware, options, runtime, sample, step) for step in steps]
                 timed = pool[0].imap(_time_step, jobs)
             found = []
             for step, time in zip(steps, timed):
@@ -214,10 +224,12 @@ class Deployment:
         )
 
 
-def _time_step(job: tuple[ModelConfig, Hardware, StepOptions, bool, Step]) -> StepTime:
+def _time_step(
+    job: tuple[ModelConfig, Hardware, StepOptions, Runtime | None, bool, Step],
+) -> StepTime:
     """A whole-model step, in a worker process."""
-    part, hardware, options, sample, step = job
-    return StepTimer(part, hardware, options, None, False, sample, "serve")(step)
+    part, hardware, options, runtime, sample, step = job
+    return StepTimer(part, hardware, options, runtime, False, sample, "serve")(step)
 
 
 def _check_slo(slo: Slo, times: StepTimes, shortest_prompt: int) -> None:
