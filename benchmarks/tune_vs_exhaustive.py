@@ -23,14 +23,14 @@ from simulator import load_hardware
 from simulator.config.workload import parse_workload
 from simulator.gc_pause import gc_paused
 from simulator.schedule.fusion import plan_kernels
-from simulator.search import (
+from simulator.step_cache import ENV, OFF
+from simulator.studies.search import (
     TilingError,
     estimate_cycles,
     legal_tilings,
     simulate_kernel,
     tune_kernel,
 )
-from simulator.step_cache import ENV, OFF
 
 
 def gemm(hw_name: str, m: int, n: int, k: int):

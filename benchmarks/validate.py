@@ -46,7 +46,7 @@ from simulator.config.transformer import WEIGHT_DTYPES  # noqa: E402
 from simulator.config.workload import parse_workload  # noqa: E402
 from simulator.errors import SimulatorError  # noqa: E402
 from simulator.gc_pause import gc_paused  # noqa: E402
-from simulator.search import tune, tuned_workload  # noqa: E402
+from simulator.studies.search import tune, tuned_workload  # noqa: E402
 from simulator.workers import worker_pool  # noqa: E402
 
 SPLITS = {"calibration": CALIBRATION, "holdout": HOLDOUT}

@@ -11,7 +11,6 @@ t = sim.infer(sim.load_model("llama2-7b"), sim.load_hardware("ascend910"), promp
 
 from __future__ import annotations
 
-from .sweep import sweep  # eager: importing the module `simulator.sweep` would hide a lazy one
 from .version import __version__
 
 # Imported on first use, so that `python -m simulator --help` and `import simulator` do not
@@ -23,14 +22,16 @@ _LAZY = {
     "load_workload": "config.workload",
     "ConfigError": "errors",
     "SimulatorError": "errors",
-    "compare": "pipeline",
+    "compare": "studies.compare",
     "lower_workload": "pipeline",
     "plan": "pipeline",
     "simulate": "pipeline",
-    "tune": "search",
+    "tune": "studies.search",
     "load_model": "config.model",
     "load_runtime": "config.runtime",
-    "infer": "inference",
+    "infer": "studies.inference",
+    "serve": "studies.serving",
+    "sweep": "studies.sweep",
 }
 
 
@@ -65,5 +66,6 @@ __all__ = [
     "tune",
     "load_model",
     "infer",
+    "serve",
     "__version__",
 ]

@@ -19,7 +19,8 @@ from .cli_infer import run_infer
 from .cli_serve import run_serve
 from .errors import OVERRIDE_MARK, SimulatorError, printable, quote
 from .gc_pause import gc_paused
-from .outputs import (
+from .step_cache import ENV, OFF
+from .studies.outputs import (
     CsvRows,
     Output,
     check_outputs,
@@ -28,8 +29,7 @@ from .outputs import (
     write_atomically,
     write_json,
 )
-from .step_cache import ENV, OFF
-from .sweep import FIGURES, PLOTTABLE
+from .studies.sweep import FIGURES, PLOTTABLE
 from .version import NAME
 from .workers import Stopped, stopping_on_sigterm
 
@@ -272,7 +272,7 @@ def _labels(combos: list[list[str]]) -> list[str]:
 
 
 def _compare(args) -> int:
-    from .pipeline import compare
+    from .studies.compare import compare
     from .viz.compare import render_compare
 
     out = (
@@ -295,7 +295,7 @@ def _compare(args) -> int:
 
 def _sweep(args) -> int:
     from . import load_workload
-    from .sweep import (
+    from .studies.sweep import (
         CONFIRM_ABOVE_POINTS,
         check_grid,
         estimate_seconds,
@@ -424,7 +424,7 @@ def _tune(args) -> int:
     from . import load_workload
     from .config.strict import HARDWARE_PREFIX
     from .pipeline import plan
-    from .search import tune
+    from .studies.search import tune
     from .viz.table import describe_tiling
 
     out = Output("--write", Path(args.write), "yaml", args.force) if args.write else None

@@ -21,7 +21,7 @@ from .config.runtime import runtime_names
 from .config.transformer import KV_CACHE_DTYPES, WEIGHT_DTYPES
 from .errors import printable
 from .step_cache import ENV, OFF
-from .sweep import PLOTTABLE
+from .studies.sweep import PLOTTABLE
 from .version import NAME, __version__
 
 FIGURE_CLASSES = (*CLASSES, OVERRIDE, UNCLASSIFIED)

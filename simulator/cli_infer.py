@@ -8,8 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-from .inference_compare import COUNTS, CSV_COLUMNS, Request, parse_compare, rows_of
-from .outputs import Output, check_outputs, write_atomically, write_csv, write_json
+from .studies.inference_compare import COUNTS, CSV_COLUMNS, Request, parse_compare, rows_of
+from .studies.outputs import Output, check_outputs, write_atomically, write_csv, write_json
 from .version import format_mark
 
 
@@ -20,7 +20,7 @@ def run_infer(args) -> int:
     from .config.model import load_model
     from .config.runtime import load_runtime
     from .config.strict import HARDWARE_PREFIX, parse_overrides
-    from .inference import WORK_LIMIT_LAYER_STEPS, infer
+    from .studies.inference import WORK_LIMIT_LAYER_STEPS, infer
     from .viz.inference import render_comparison, render_inference
 
     compared = bool(args.compare)

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from .cli_options import add_no_cache, add_quiet, count, file_name, whole, worker_count
 from .errors import SimulatorError
-from .outputs import Output, check_outputs, write_atomically, write_csv, write_json
+from .studies.outputs import Output, check_outputs, write_atomically, write_csv, write_json
 from .units import UnitError, parse_size
 from .version import format_mark
 
@@ -161,7 +161,7 @@ def run_serve(args) -> int:
     from .config.hardware import load_hardware
     from .config.model import load_model
     from .config.runtime import load_runtime
-    from .serving import Deployment, Lengths, find_capacity, generate, load_trace
+    from .studies.serving import Deployment, Lengths, find_capacity, generate, load_trace
 
     named = (
         ("--json", args.json, "json"),
@@ -273,7 +273,7 @@ def run_serve(args) -> int:
 
 def _write_views(report, outputs: dict[str, Output], args) -> list[str]:
     """The report's rows, timeline and plot, where asked for; what was written."""
-    from .serving.report import CSV_COLUMNS
+    from .studies.serving.report import CSV_COLUMNS
 
     written = []
     if "csv" in outputs:
@@ -295,7 +295,7 @@ def _write_views(report, outputs: dict[str, Output], args) -> list[str]:
 
 def parse_slo(text: str | None):
     """`ttft=500ms,tpot=50ms` (either may be left out) as an Slo."""
-    from .serving import Slo
+    from .studies.serving import Slo
 
     if text is None:
         return Slo()

@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
 
 from .analysis.records import Provenance
 from .analysis.report import analyse
 from .config.hardware import Hardware
 from .config.workload import Workload, check_workload
 from .engine.world import simulate_program
-from .errors import check_count, quote
+from .errors import check_count
 from .report import SimulationReport
 from .schedule.fusion import plan_kernels
 from .schedule.lower import lower
@@ -95,46 +93,3 @@ def plan(workload: Workload):
     """The kernels the fusion pass forms, with the reason for every op left unfused."""
     check_workload("plan", workload)
     return plan_kernels(workload)
-
-
-def compare(
-    path: str,
-    variants: list[tuple[str, list[str]]],
-    common: Sequence[str] = (),
-    max_cycles: int | None = None,
-) -> dict:
-    """Simulate one workload under several sets of overrides, side by side.
-
-    Returns {"workload", "variants": [{"label", "overrides", "report"}], "speedups"}: each
-    speedup is the first variant's time over that variant's time."""
-    from .config.workload import load_workload
-
-    if (
-        not isinstance(variants, (list, tuple))
-        or not variants
-        or not all(isinstance(v, (list, tuple)) and len(v) == 2 for v in variants)
-    ):
-        raise ValueError(
-            "compare() takes at least one variant, each (label, [overrides]), in a list, got "
-            f"{quote(variants)}"
-        )
-    workloads = [
-        (label, overrides, load_workload(path, [*common, *overrides]))
-        for label, overrides in variants
-    ]  # every mistake before any run
-    rows: list[dict[str, Any]] = []
-    for label, overrides, workload in workloads:
-        rows.append(
-            {
-                "label": label,
-                "overrides": list(overrides),
-                "report": simulate(workload, max_cycles).to_dict(),
-            }
-        )
-    base = rows[0]["report"]["time_us"]
-    return {
-        "workload": rows[0]["report"]["workload"],
-        "common_overrides": list(common),
-        "variants": rows,
-        "speedups": [base / r["report"]["time_us"] for r in rows],
-    }

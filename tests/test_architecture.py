@@ -20,23 +20,8 @@ LAYERS = (
     ("engine", ("engine",)),  # Program → Trace (SimPy)
     ("analysis", ("analysis",)),  # Trace → report record, roofline
     ("viz", ("viz",)),  # renderings of a report
-    (
-        "orchestration",
-        (
-            "report",
-            "pipeline",
-            "step_cache",
-            "inference",
-            "layer_steps",
-            "inference_report",
-            "search",
-            "sweep",
-            "outputs",
-            "examples",
-            "inference_compare",
-            "serving",
-        ),
-    ),
+    ("pipeline", ("report", "pipeline", "step_cache", "examples")),  # one run, cached
+    ("studies", ("studies",)),  # many runs: compare, sweep, tune, infer, serve
     (
         "interface",
         ("", "cli", "cli_args", "cli_options", "cli_infer", "cli_serve", "__main__"),

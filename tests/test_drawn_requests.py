@@ -28,8 +28,8 @@ from hypothesis import strategies as st
 from simulator.config.hardware import load_hardware, preset_names
 from simulator.config.model import kv_cache_bytes, parse_model, shard
 from simulator.errors import SimulatorError
-from simulator.inference import infer
 from simulator.ops import DTYPE_BYTES
+from simulator.studies.inference import infer
 
 DRAWS = 300
 GROUPS = 6  # the draws are split in groups, which the suite's workers share out

@@ -19,9 +19,9 @@ from simulator.config.transformer import Step, step_workload
 from simulator.config.workload import parse_workload
 from simulator.cost import all_reduce_cycles
 from simulator.errors import ConfigError, SimulatorError
-from simulator.inference import fewest_chips, infer
-from simulator.outputs import Output, check_outputs, write_json
 from simulator.pipeline import simulate
+from simulator.studies.inference import fewest_chips, infer
+from simulator.studies.outputs import Output, check_outputs, write_json
 from simulator.workers import Stopped, stopping_on_sigterm
 
 from .terminal import ROOT, run_in_terminal
@@ -374,7 +374,7 @@ def test_class9_a_request_past_the_work_limit_is_refused_before_it_starts(tiny):
 
 def test_class9_the_work_limit_is_the_one_the_help_names():
     from simulator.cli_args import build_parser
-    from simulator.inference import WORK_LIMIT_LAYER_STEPS
+    from simulator.studies.inference import WORK_LIMIT_LAYER_STEPS
 
     infer_help = build_parser()._subparsers._group_actions[0].choices["infer"].format_help()
     assert f"{WORK_LIMIT_LAYER_STEPS:,}" in " ".join(infer_help.split())

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 import simulator as sim
 from simulator.config.workload import parse_workload
 from simulator.schedule.fusion import plan_kernels
-from simulator.search import legal_tilings, simulate_kernel, tune_kernel
+from simulator.studies.search import legal_tilings, simulate_kernel, tune_kernel
 
 from .test_cli import ROOT, run_cli
 
@@ -357,7 +357,9 @@ def test_an_interrupted_sweep_keeps_the_points_that_finished(tmp_path, monkeypat
     workload = tmp_path / "w.yaml"
     workload.write_text(BASE)
     out = tmp_path / "s.csv"
-    sweeps = importlib.import_module("simulator.sweep")  # the package's `sweep` is the function
+    sweeps = importlib.import_module(
+        "simulator.studies.sweep"
+    )  # the package's `sweep` is the function
     run_point = sweeps.run_point
     calls = []
 

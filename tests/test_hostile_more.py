@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from simulator.cli import main
 from simulator.cli_args import MAX_ERROR_CHARS
-from simulator.sweep import FIGURES
+from simulator.studies.sweep import FIGURES
 
 from .test_hostile import BASE, HW, SYNTAX_FRAGMENTS, edit, op_line
 

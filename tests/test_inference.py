@@ -11,9 +11,9 @@ from simulator.cli import main
 from simulator.config.model import load_model, model_names, parse_model, shard
 from simulator.config.transformer import Step, step_workload
 from simulator.errors import ConfigError, SimulatorError, TooLargeError
-from simulator.inference import infer
-from simulator.inference_compare import CSV_COLUMNS, parse_compare
 from simulator.pipeline import simulate
+from simulator.studies.inference import infer
+from simulator.studies.inference_compare import CSV_COLUMNS, parse_compare
 
 # A small dense model with grouped-query attention, quick on the tiny chip.
 TOY = {
@@ -258,7 +258,7 @@ def test_where_the_l2_holds_more_than_a_layer_the_repeat_is_checked_not_proven(a
     """ascend910's L2 holds the whole toy, so its third layer begins with the first two
     layers' bytes where its second began with the embedding's: no proof, and the step falls
     back to four layers whose two middle ones are compared."""
-    from simulator.layer_steps import _second_repeats
+    from simulator.studies.layer_steps import _second_repeats
 
     workload = step_workload(toy(), ascend, Step("prefill", 1, 32, 32), 3, "auto")
     assert not _second_repeats(simulate(workload))
@@ -502,7 +502,7 @@ def test_the_decode_line_is_held_to_the_most_a_staircase_can_be_off_it():
     """Between two simulated contexts, a steps apart, rising b − a cycles, the steps' sum lies
     within (b − a)(a_steps − 1)/2 of the line's whatever the staircase in between (attention
     reads the cache in blocks): all of the rise at the first step or at the last."""
-    from simulator.inference_report import StepTime, interpolation_error, line_sum
+    from simulator.studies.inference_report import StepTime, interpolation_error, line_sum
 
     def step(context, cycles):
         return StepTime("decode", context, cycles, {}, 0.0, 1, None)
@@ -591,9 +591,9 @@ def test_compare_mistakes_are_one_line_before_anything_runs(compare, problem, ca
 
 
 def test_compare_loads_every_requests_files_before_simulating(capsys, monkeypatch):
-    import simulator.inference
+    import simulator.studies.inference
 
-    monkeypatch.setattr(simulator.inference, "infer", lambda *a, **k: pytest.fail("ran"))
+    monkeypatch.setattr(simulator.studies.inference, "infer", lambda *a, **k: pytest.fail("ran"))
     assert main(["infer", "llama2-7b", "--compare", "hardware=h100,nochip"]) == 2
     assert "nochip" in capsys.readouterr().err
 

@@ -159,7 +159,7 @@ def test_no_file_changes_without_force(tmp_path_factory, ours, command):
 
 
 def test_our_marks_are_read_from_the_start_of_a_file_however_large(tmp_path):
-    from simulator.outputs import is_ours
+    from simulator.studies.outputs import is_ours
 
     trace = tmp_path / "t.json"
     trace.write_text(

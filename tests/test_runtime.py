@@ -16,8 +16,8 @@ from simulator.config.runtime import Runtime, load_runtime, parse_runtime, runti
 from simulator.config.transformer import Step, step_workload
 from simulator.cost import launch_bound_cycles
 from simulator.errors import ConfigError
-from simulator.inference import infer
 from simulator.pipeline import simulate
+from simulator.studies.inference import infer
 
 from .test_inference import TOY, toy
 

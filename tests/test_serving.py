@@ -13,12 +13,20 @@ from simulator.cli import main
 from simulator.config.model import parse_model
 from simulator.config.transformer import Step
 from simulator.errors import SimulatorError
-from simulator.inference import infer
-from simulator.inference_report import StepTime
-from simulator.serving import Deployment, Lengths, Slo, find_capacity, generate, load_trace, serve
-from simulator.serving.engine import PagedKVCache, longest, run_engine
-from simulator.serving.requests import Request
-from simulator.serving.step_times import StepTimes, grid, spread
+from simulator.studies.inference import infer
+from simulator.studies.inference_report import StepTime
+from simulator.studies.serving import (
+    Deployment,
+    Lengths,
+    Slo,
+    find_capacity,
+    generate,
+    load_trace,
+    serve,
+)
+from simulator.studies.serving.engine import PagedKVCache, longest, run_engine
+from simulator.studies.serving.requests import Request
+from simulator.studies.serving.step_times import StepTimes, grid, spread
 
 from .test_inference import TOY
 

@@ -15,7 +15,6 @@ import pytest
 
 from simulator import load_hardware, load_workload, simulate
 from simulator.config.model import parse_model
-from simulator.inference import infer
 from simulator.step_cache import (
     ENV,
     OFF,
@@ -25,6 +24,7 @@ from simulator.step_cache import (
     run_key,
     simulate_cached,
 )
+from simulator.studies.inference import infer
 
 from .terminal import ROOT
 from .test_every_request import TOY as TOY_CONFIG
@@ -174,7 +174,7 @@ def test_a_cached_report_is_a_whole_report():
 
 
 def test_a_sweep_reads_its_points_back(cache, monkeypatch):
-    from simulator.sweep import sweep
+    from simulator.studies.sweep import sweep
 
     first = sweep(str(FFN), {"params.tokens": [1, 2]}, workers=1)
     assert len(entries(cache)) == 2
@@ -184,7 +184,7 @@ def test_a_sweep_reads_its_points_back(cache, monkeypatch):
 
 @pytest.mark.slow
 def test_the_tuner_reads_its_kernel_runs_back(cache, monkeypatch):
-    from simulator.search import tune
+    from simulator.studies.search import tune
 
     workload = load_workload(FFN)
     first = tune(workload, top=2)

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
-from ..config.transformer import Step
+from ...config.transformer import Step
 from ..inference_report import StepTime
 
 ATTENTION = "attention"

@@ -26,10 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 
-from .config.hardware import Hardware, load_hardware
-from .config.model import ModelConfig, kv_cache_bytes, load_model, shard
-from .config.runtime import DECODE, Runtime, load_runtime
-from .config.transformer import (
+from ..config.hardware import Hardware, load_hardware
+from ..config.model import ModelConfig, kv_cache_bytes, load_model, shard
+from ..config.runtime import DECODE, Runtime, load_runtime
+from ..config.transformer import (
     EXPERTS,
     KV_CACHE_DTYPES,
     WEIGHT_DTYPES,
@@ -39,8 +39,16 @@ from .config.transformer import (
     routing,
     step_workload,
 )
-from .cost import all_gather_cycles, all_reduce_cycles
-from .errors import ConfigError, InvariantError, SimulatorError, TooLargeError, check_count
+from ..cost import all_gather_cycles, all_reduce_cycles
+from ..errors import ConfigError, InvariantError, SimulatorError, TooLargeError, check_count
+from ..ops import DTYPE_BYTES
+from ..pipeline import plan_kernels
+from ..report import SimulationReport
+from ..schedule.footprint import RESIDENT_ROLES, tensor_roles
+from ..schedule.program import MAX_INSTRUCTIONS
+from ..step_cache import simulate_cached
+from ..units import format_bytes_decimal as fmt_bytes
+from ..version import __version__
 from .inference_report import (
     Footprint,
     InferenceReport,
@@ -48,14 +56,6 @@ from .inference_report import (
     interpolation_note,
 )
 from .layer_steps import PROVEN_LAYERS, clock_scale, layers_method, whole_model_step
-from .ops import DTYPE_BYTES
-from .pipeline import plan_kernels
-from .report import SimulationReport
-from .schedule.footprint import RESIDENT_ROLES, tensor_roles
-from .schedule.program import MAX_INSTRUCTIONS
-from .step_cache import simulate_cached
-from .units import format_bytes_decimal as fmt_bytes
-from .version import __version__
 
 DECODE_POINTS = 3
 MAX_CHIPS = 64  # the largest tensor-parallel group a refusal suggests

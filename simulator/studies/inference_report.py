@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .version import format_mark
+from ..version import format_mark
 
 # The classes a step's time is broken down into: each kernel's time after its launch goes to
 # the class of the work it does; the launch waits are their own class.
@@ -143,7 +143,7 @@ class InferenceReport:
         }
 
     def summary(self) -> str:
-        from .viz.inference import render_inference
+        from ..viz.inference import render_inference
 
         return render_inference(self.to_dict())
 

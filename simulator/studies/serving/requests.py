@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..errors import ConfigError, SimulatorError, quote
+from ...errors import ConfigError, SimulatorError, quote
 
 FIELDS = ("arrival_s", "prompt_tokens", "output_tokens")
 SUFFIXES = (".jsonl", ".csv")

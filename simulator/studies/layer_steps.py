@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
-from .config.model import ModelConfig
-from .config.transformer import Step, layer_and_role
-from .errors import TooLargeError
+from ..config.model import ModelConfig
+from ..config.transformer import Step, layer_and_role
+from ..errors import TooLargeError
+from ..report import SimulationReport
 from .inference_report import TIME_CLASSES, StepTime
-from .report import SimulationReport
 
 ATTENTION_OPS = ("qk", "softmax", "pv")
 # simulated first: the first layer, the second and the last, enough to prove (not only

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .config.transformer import KV_CACHE_DTYPES, WEIGHT_DTYPES
-from .errors import SimulatorError, quote
+from ..config.transformer import KV_CACHE_DTYPES, WEIGHT_DTYPES
+from ..errors import SimulatorError, quote
 from .inference_report import TIME_CLASSES
 
 MAX_REQUESTS = 12  # what a side-by-side table can show; a sweep of more is a script's job

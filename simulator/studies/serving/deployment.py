@@ -8,17 +8,17 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from multiprocessing.pool import Pool
 
-from ..config.hardware import Hardware, load_hardware
-from ..config.model import ModelConfig, kv_cache_bytes, load_model, shard
-from ..config.runtime import Runtime, load_runtime
-from ..config.transformer import Step
-from ..errors import SimulatorError, check_count
+from ...config.hardware import Hardware, load_hardware
+from ...config.model import ModelConfig, kv_cache_bytes, load_model, shard
+from ...config.runtime import Runtime, load_runtime
+from ...config.transformer import Step
+from ...errors import SimulatorError, check_count
+from ...ops import DTYPE_BYTES
+from ...units import format_bytes_decimal as fmt_bytes
+from ...version import __version__
+from ...workers import worker_pool
 from ..inference import StepOptions, StepTimer, check_deployment, hbm_footprint
 from ..inference_report import StepTime
-from ..ops import DTYPE_BYTES
-from ..units import format_bytes_decimal as fmt_bytes
-from ..version import __version__
-from ..workers import worker_pool
 from .engine import POLICIES, PagedKVCache, longest, run_engine
 from .report import ServingReport, Slo
 from .requests import Request

@@ -17,11 +17,11 @@ from typing import Any, Callable, Iterable
 
 import yaml
 
-from .config.strict import YamlLimitError, parse_yaml
-from .errors import OVERRIDE_MARK, ConfigError, SimulatorError, check_count, quote
-from .schedule.program import UTILIZATION_KEYS
-from .units import us_per_cycle
-from .workers import worker_pool
+from ..config.strict import YamlLimitError, parse_yaml
+from ..errors import OVERRIDE_MARK, ConfigError, SimulatorError, check_count, quote
+from ..schedule.program import UTILIZATION_KEYS
+from ..units import us_per_cycle
+from ..workers import worker_pool
 
 # Report figures that become columns of a sweep row, flattened to one level: first those a
 # report carries as they are, then those derived from it.
@@ -121,7 +121,7 @@ def check_grid(path: str, grid: dict[str, list[Any]], overrides: Iterable[str] =
     not exist, or a value of the wrong kind. Each value is loaded once with the other fields
     at their first values; what only a combination breaks (a tile that does not fit) is left
     to the sweep, where it becomes a row with its reason."""
-    from .config.workload import load_workload
+    from ..config.workload import load_workload
 
     first = {field: values[0] for field, values in grid.items()}
     for field, values in grid.items():
@@ -152,8 +152,8 @@ def estimate_seconds(
     as those two on average (a grid tends to grow along its fields), simulated at the rate
     this machine simulates the smaller of the two, timed now. (0, (0, 0), 0) where either
     point cannot run: the sweep will say why."""
-    from .config.workload import load_workload
-    from .pipeline import lower_workload, simulate
+    from ..config.workload import load_workload
+    from ..pipeline import lower_workload, simulate
 
     corners = [[f"{f}={values[i]}" for f, values in grid.items()] for i in (0, -1)]
     try:
@@ -209,8 +209,8 @@ def row_of(point: dict[str, Any], report: dict | None, error: str = "") -> dict[
 
 def run_point(args: tuple[str, list[str], dict[str, Any], int | None]) -> dict[str, Any]:
     """One grid point, in a worker process: a row, or a row with the reason it is illegal."""
-    from .config.workload import load_workload
-    from .step_cache import simulate_cached
+    from ..config.workload import load_workload
+    from ..step_cache import simulate_cached
 
     path, base, point, max_cycles = args
     overrides = [*base, *(f"{field}={value}" for field, value in point.items())]

@@ -15,16 +15,16 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
-from .config.workload import TilingSpec, Workload, check_workload
-from .cost import compute_cycles, memory_cycles, vector_work
-from .errors import SimulatorError, check_count
-from .ops import OPS, operands_of
-from .schedule.epilogue import epilogue_refusal, in_registers
-from .schedule.footprint import instruction_count
-from .schedule.fusion import plan_kernels
-from .schedule.kernel import Kernel, Plan
-from .schedule.program import MAX_INSTRUCTIONS
-from .schedule.tiling import (
+from ..config.workload import TilingSpec, Workload, check_workload
+from ..cost import compute_cycles, memory_cycles, vector_work
+from ..errors import SimulatorError, check_count
+from ..ops import OPS, operands_of
+from ..schedule.epilogue import epilogue_refusal, in_registers
+from ..schedule.footprint import instruction_count
+from ..schedule.fusion import plan_kernels
+from ..schedule.kernel import Kernel, Plan
+from ..schedule.program import MAX_INSTRUCTIONS
+from ..schedule.tiling import (
     Tiling,
     TilingError,
     _splits,
@@ -35,8 +35,8 @@ from .schedule.tiling import (
     round_up,
     single_core_extent,
 )
-from .schedule.tiling import estimate_cycles as tiling_estimate
-from .workers import worker_pool
+from ..schedule.tiling import estimate_cycles as tiling_estimate
+from ..workers import worker_pool
 
 ESTIMATE_TIE = 0.01  # estimates this close rank alike: the analytic model is not finer
 BASE_M = (16, 32, 64, 128, 256)
@@ -111,9 +111,9 @@ def estimate_cycles(kernel: Kernel, workload: Workload, t: Tiling) -> float:
 def simulate_kernel(args: tuple[Workload, Kernel, Tiling]) -> int:
     """Cycles of one kernel run alone (cold L2) with the given tiling (kept in the cache of
     simulated runs, so tuning the same kernel again costs a lookup)."""
-    from .engine.world import simulate_program
-    from .schedule.lower import lower
-    from .step_cache import remembered
+    from ..engine.world import simulate_program
+    from ..schedule.lower import lower
+    from ..step_cache import remembered
 
     workload, kernel, tiling = args
     trial = replace(workload, tiling={**workload.tiling, kernel.tiling_op: spec_of(tiling)})

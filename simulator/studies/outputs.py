@@ -31,10 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TextIO
 
-from .errors import SimulatorError, printable
+from ..errors import SimulatorError, printable
+from ..version import FORMAT_PREFIX, NAME, format_mark
 from .inference_compare import CSV_COLUMNS as INFERENCE_COLUMNS
 from .sweep import FIGURES, columns
-from .version import FORMAT_PREFIX, NAME, format_mark
 
 SUFFIXES = {
     "json": (".json",),
