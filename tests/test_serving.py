@@ -24,7 +24,14 @@ from simulator.studies.serving import (
     load_trace,
     serve,
 )
-from simulator.studies.serving.engine import PagedKVCache, longest, run_engine
+from simulator.studies.serving.engine import (
+    PagedKVCache,
+    Served,
+    _chunked,
+    _State,
+    longest,
+    run_engine,
+)
 from simulator.studies.serving.requests import Request
 from simulator.studies.serving.step_times import StepTimes, grid, spread
 
@@ -417,3 +424,19 @@ def test_a_runtime_profile_drives_every_serving_step(tiny):
     assert driven.rows()[0]["e2e_s"] * 1e6 == pytest.approx(alone["e2e_us"], rel=0.01)
     assert driven.rows()[0]["e2e_s"] > bare["e2e_s"]
     assert driven.to_dict()["provenance"]["options"]["runtime"] == "vllm-v0"
+
+
+def test_part_prefilled_requests_that_fill_the_cache_give_way_to_the_oldest():
+    """Chunked prefill with no decode running and two part-prefilled prompts holding every
+    block, neither able to take the next: the newer is preempted (its blocks given back) and
+    the older's prefill moves on, rather than a step of nothing."""
+    cache = PagedKVCache(20, 16)  # 320 positions
+    older, newer = Served(Request(0, 0.0, 300, 5)), Served(Request(1, 0.0, 300, 5))
+    for s, done in ((older, 192), (newer, 128)):
+        s.target, s.prefilled = 300, done
+        assert cache.hold(s.request.id, done)
+    state = _State(running=[older, newer])
+    plan = _chunked(state, cache, 8, 64)
+    assert plan.decodes == [] and plan.chunks == [(older, 64)]
+    assert newer.preempted == 1 and list(state.waiting) == [newer] and state.running == [older]
+    assert cache.used == cache.need(256) <= cache.blocks

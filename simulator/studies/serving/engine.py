@@ -43,8 +43,7 @@ class Served:
     generated: int = 0
     preempted: int = 0
     prefilled: int = 0  # tokens of its current prefill done
-    target: int = 0  # tokens its current prefill covers (its prompt, and on a recompute
-    # the tokens it had generated)
+    target: int = 0  # tokens its current prefill covers (on a recompute, what it generated too)
 
     @property
     def decoding(self) -> bool:
@@ -73,10 +72,7 @@ class PagedKVCache:
     def __init__(self, blocks: int, block_tokens: int):
         self.blocks, self.block_tokens = blocks, block_tokens
         self.held: dict[int, int] = {}
-
-    @property
-    def used(self) -> int:
-        return sum(self.held.values())
+        self.used = 0
 
     def need(self, tokens: int) -> int:
         return -(-tokens // self.block_tokens)
@@ -90,10 +86,11 @@ class PagedKVCache:
         if self.used + more > self.blocks:
             return False
         self.held[request] = self.held.get(request, 0) + more
+        self.used += more
         return True
 
     def free(self, request: int) -> None:
-        self.held.pop(request, None)
+        self.used -= self.held.pop(request, 0)
 
 
 @dataclass
@@ -228,8 +225,23 @@ def _continuous(state: _State, cache: PagedKVCache, max_batch: int, budget: int)
 
 
 def _chunked(state: _State, cache: PagedKVCache, max_batch: int, budget: int) -> _Plan:
+    admit = True
+    while True:
+        plan = _chunked_once(state, cache, max_batch, budget, admit)
+        if plan.decodes or plan.chunks or not state.running:
+            return plan
+        # every running request is part-prefilled and none finds a block for its next
+        # chunk: the newest gives its blocks back, as a preempted request does, and they go
+        # to the oldest (nobody new is admitted), so the oldest prefill always moves on
+        _preempt(state, cache, state.running[-1])
+        admit = False
+
+
+def _chunked_once(
+    state: _State, cache: PagedKVCache, max_batch: int, budget: int, admit: bool
+) -> _Plan:
     decodes = [s for s in state.running if s.decoding]
-    _make_room(state, cache, decodes)
+    preempted = _make_room(state, cache, decodes)
     decodes = [s for s in decodes if s in state.running]
     left = budget - len(decodes)
     chunks: list[tuple[Served, int]] = []
@@ -240,7 +252,8 @@ def _chunked(state: _State, cache: PagedKVCache, max_batch: int, budget: int) ->
         if cache.hold(s.request.id, s.prefilled + k):
             chunks.append((s, k))
             left -= k
-    while left > 0 and state.waiting and len(state.running) < max_batch:
+    admit = admit and not preempted
+    while admit and left > 0 and state.waiting and len(state.running) < max_batch:
         s = state.waiting[0]
         k = min(left, _tokens(s))
         if not cache.hold(s.request.id, k):
@@ -251,22 +264,33 @@ def _chunked(state: _State, cache: PagedKVCache, max_batch: int, budget: int) ->
     return _Plan(decodes, chunks)
 
 
-def _make_room(state: _State, cache: PagedKVCache, decodes: list[Served]) -> None:
+def _make_room(state: _State, cache: PagedKVCache, decodes: list[Served]) -> int:
     """Each decoding request, oldest first, takes a block for its next token if it needs
     one; when none is free the newest running request is preempted (its blocks freed, it
     waits at the front of the queue to be prefilled again), until the request has its
-    block or was itself the newest."""
+    block or was itself the newest. Returns how many were preempted (a step that preempts
+    admits nobody new)."""
+    preempted = 0
     for s in list(decodes):
         if s not in state.running:
             continue  # preempted below, to make room for an older one
         while not cache.hold(s.request.id, _tokens(s)):
-            newest = state.running.pop()
-            cache.free(newest.request.id)
-            newest.preempted += 1
-            newest.prefilled = newest.target = 0
-            state.waiting.appendleft(newest)
+            newest = state.running[-1]
+            _preempt(state, cache, newest)
+            preempted += 1
             if newest is s:
                 break
+    return preempted
+
+
+def _preempt(state: _State, cache: PagedKVCache, s: Served) -> None:
+    """`s` gives its blocks back and waits at the front of the queue, to be prefilled again
+    over its prompt and what it had generated (recompute)."""
+    state.running.remove(s)
+    cache.free(s.request.id)
+    s.preempted += 1
+    s.prefilled = s.target = 0
+    state.waiting.appendleft(s)
 
 
 def _static(state: _State, cache: PagedKVCache, max_batch: int, budget: int) -> _Plan:
