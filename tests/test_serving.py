@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.cli import main
-from simulator.config.model import parse_model
+from simulator.config.model import load_model, parse_model
 from simulator.config.transformer import Step
 from simulator.errors import SimulatorError
 from simulator.studies.inference import infer
@@ -440,3 +440,38 @@ def test_part_prefilled_requests_that_fill_the_cache_give_way_to_the_oldest():
     assert plan.decodes == [] and plan.chunks == [(older, 64)]
     assert newer.preempted == 1 and list(state.waiting) == [newer] and state.running == [older]
     assert cache.used == cache.need(256) <= cache.blocks
+
+
+@pytest.mark.slow
+def test_a_real_deployment_never_serves_faster_than_its_bytes_allow(ascend):
+    """LLaMA-2-7B on ascend910 under a load that batches up to dozens of requests: every
+    request finishes, and no step runs faster than reading what it must from HBM at full
+    bandwidth (the weights once, every request's KV cache whole), so the output tokens a
+    second never pass a full batch's at that bound (about 30 s: the whole-model steps)."""
+    model = load_model("llama2-7b")
+    requests = generate(
+        50.0, 60, Lengths.parse("p", "fixed:128"), Lengths.parse("o", "fixed:32"), 1
+    )
+    report = serve(model, ascend, requests, max_batch=64, workers=2)
+    data = report.to_dict()
+    assert data["requests"] == 60 and max(s.batch for s in report.steps) > 16
+    bytes_per_s = ascend.memories["HBM"].peak_bytes_per_cycle * ascend.clock_hz
+    weights = 2 * model.weight_count()
+    kv_per_position = 2 * model.layers * model.kv_heads * model.head_dim * 2
+    for step in report.steps:
+        if step.phase == "decode":
+            floor_s = (weights + step.batch * 128 * kv_per_position) / bytes_per_s
+            assert step.end_s - step.start_s >= floor_s
+    best = max(b / ((weights + b * 128 * kv_per_position) / bytes_per_s) for b in range(1, 65))
+    assert data["throughput"]["output_tokens_per_s"] <= best
+
+
+def test_a_step_too_large_to_simulate_is_refused_in_a_line(capsys):
+    """Prompts whose prefill is more than a run holds: one line naming the step and what to
+    shrink, and the worker processes that were simulating beside it end quietly."""
+    args = ["serve", "qwen2-7b", "--hardware", "h100", "--rate", "1", "--num", "3"]
+    args += ["--prompt-len", "uniform:15000-16000", "--output-len", "fixed:2", "--quiet"]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "Exception ignored" not in err
+    assert "needs about" in err and "use a smaller --max-step-tokens or shorter prompts" in err

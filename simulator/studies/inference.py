@@ -288,8 +288,8 @@ def check_deployment(
 class StepTimer:
     """Whole-model steps of one (sharded) model on one chip group, each simulated through the
     cache of runs (inference.py's layer saving unless `exact`), with the group's collectives
-    and the runtime's host time: what `infer` and `serve` time every step with. `request`
-    names the options a refusal of a step too large for a run asks the user to shrink."""
+    and the runtime's host time: what `infer` and `serve` time every step with. A step too
+    large for a run is refused, naming `request` and giving `advice`."""
 
     def __init__(
         self,
@@ -300,9 +300,11 @@ class StepTimer:
         exact: bool,
         sample: bool,
         request: str,
+        advice: str = "use a shorter --prompt or a smaller --batch",
     ):
         self.part, self.hardware, self.steps, self.runtime = part, hardware, steps, runtime
         self.exact, self.sample, self.request = exact, sample and not exact, request
+        self.advice = advice
         self.issue_cycles = 0 if runtime is None else runtime.issue_cycles(hardware, part.layers)
         self.capped: dict[str, float] = {}  # phase -> the clock its power cap held a run to
         self.sampled_error: list[float | None] = []  # per run: see _sampled_error
@@ -332,8 +334,7 @@ class StepTimer:
                 f"{self.request}: {self.part.name}'s {step.phase} of "
                 f"{step.batch} x {step.new_tokens:,} tokens, {layers} layer{'s' * (layers != 1)} "
                 f"at a time, needs about {exc.instructions:,} instructions in one run, more "
-                f"than the {MAX_INSTRUCTIONS:,} a run holds in memory; use a shorter "
-                "--prompt or a smaller --batch",
+                f"than the {MAX_INSTRUCTIONS:,} a run holds in memory; {self.advice}",
                 exc.instructions,
             ) from None
         self.sampled_error.append(_sampled_error(report))

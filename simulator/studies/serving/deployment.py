@@ -28,6 +28,7 @@ BLOCK_TOKENS = 16  # vLLM's default block size
 MAX_BATCH = 256  # vLLM's default max_num_seqs
 MIN_STEP_TOKENS = 2048  # a prefill step's token budget, unless the longest prompt is longer
 CHUNKED_STEP_TOKENS = 512  # a chunked-prefill step's (vLLM's default)
+TOO_LARGE = "use a smaller --max-step-tokens or shorter prompts"
 
 
 class Deployment:
@@ -146,7 +147,7 @@ class Deployment:
         }
         self._pools = ExitStack()
         pool: list[Pool] = []  # started when two steps are first asked for together
-        timer = StepTimer(part, hardware, options, runtime, False, sample, "serve")
+        timer = StepTimer(part, hardware, options, runtime, False, sample, "serve", TOO_LARGE)
 
         def time_steps(steps: list[Step]) -> list[StepTime]:
             if workers == 1 or len(steps) == 1:
@@ -173,7 +174,11 @@ class Deployment:
             (min(prompts) + 1, max(r.prompt_tokens + r.output_tokens - 1 for r in requests)),
         )
         self._lengths = sorted({(r.prompt_tokens, r.output_tokens) for r in requests})
-        self.times.simulate_prompts(r.prompt_tokens for r in requests)
+        try:
+            self.times.simulate_prompts(r.prompt_tokens for r in requests)
+        except BaseException:  # no `with` block will end its workers
+            self._pools.close()
+            raise
 
     def __enter__(self) -> Deployment:
         return self
@@ -229,7 +234,7 @@ def _time_step(
 ) -> StepTime:
     """A whole-model step, in a worker process."""
     part, hardware, options, runtime, sample, step = job
-    return StepTimer(part, hardware, options, runtime, False, sample, "serve")(step)
+    return StepTimer(part, hardware, options, runtime, False, sample, "serve", TOO_LARGE)(step)
 
 
 def _check_slo(slo: Slo, times: StepTimes, shortest_prompt: int) -> None:
