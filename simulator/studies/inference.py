@@ -128,12 +128,7 @@ def infer(
     if isinstance(generate, bool) or not isinstance(generate, int) or generate < 0:
         raise SimulatorError(f"generate must be a whole number of tokens, got {generate!r}")
     check_deployment(hardware, chips, fusion, weights, kv_cache)
-    if prompt + generate > model.max_context:
-        raise SimulatorError(
-            f"{model.name} attends over at most {model.max_context:,} positions "
-            f"(max_position_embeddings), but prompt {prompt:,} + generate {generate:,} "
-            f"is {prompt + generate:,}"
-        )
+    check_context(model, prompt, generate)
 
     part = shard(model, chips)
     steps = StepOptions(fusion, weights, kv_cache)
@@ -282,6 +277,16 @@ def check_deployment(
     if kv_cache not in KV_CACHE_DTYPES:
         raise SimulatorError(
             f"kv_cache must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_cache!r}"
+        )
+
+
+def check_context(model: ModelConfig, prompt: int, generate: int, which: str = "") -> None:
+    """Refuse a request (`which`, named in the error) longer than the model attends over."""
+    if prompt + generate > model.max_context:
+        raise SimulatorError(
+            f"{which}{model.name} attends over at most {model.max_context:,} positions "
+            f"(max_position_embeddings), but prompt {prompt:,} + generate {generate:,} "
+            f"is {prompt + generate:,}"
         )
 
 

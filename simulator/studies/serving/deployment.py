@@ -17,7 +17,13 @@ from ...ops import DTYPE_BYTES
 from ...units import format_bytes_decimal as fmt_bytes
 from ...version import __version__
 from ...workers import worker_pool
-from ..inference import StepOptions, StepTimer, check_deployment, hbm_footprint
+from ..inference import (
+    StepOptions,
+    StepTimer,
+    check_context,
+    check_deployment,
+    hbm_footprint,
+)
 from ..inference_report import StepTime
 from .engine import POLICIES, PagedKVCache, longest, run_engine
 from .report import ServingReport, Slo
@@ -95,13 +101,8 @@ class Deployment:
                 f"({max(prompts):,} tokens, request {prompts.index(max(prompts))}), which a step "
                 "must prefill whole"
             )
-        too_long = next((r for r in requests if longest(r) + 1 > model.max_context), None)
-        if too_long is not None:
-            raise SimulatorError(
-                f"request {too_long.id}: {model.name} attends over at most "
-                f"{model.max_context:,} positions, but prompt {too_long.prompt_tokens:,} + output "
-                f"{too_long.output_tokens:,} is {too_long.prompt_tokens + too_long.output_tokens:,}"
-            )
+        for r in requests:
+            check_context(model, r.prompt_tokens, r.output_tokens, f"request {r.id}: ")
 
         part = shard(model, chips)
         options = StepOptions(fusion, weights, kv_cache)
