@@ -14,8 +14,9 @@ each simulated (through the cache of runs) only when a step first needs it:
   its attention, plus attention(p_i) for each, from prefills simulated at token counts that
   are powers of two and halfway between them (and the trace's shortest prompt and the
   step's largest), interpolated linearly between them (a GEMM's time rises in steps, a wave
-  of tiles at a time: LLaMA-2-7B's prefill on h100 at 384 and 1,536 tokens is 6.5% below
-  and 6.7% above the line between the powers of two either side, hence the halves);
+  of tiles at a time: for LLaMA-2-7B's prefill on h100 the line between the powers of two
+  either side is 6.5% slower than the simulated one at 384 tokens and 6.7% faster at
+  1,536, hence the halves);
 - a step that mixes B decodes with prefill chunks (chunked prefill): the decode step, plus
   what the chunks' K tokens add to the GEMMs (those of B + K tokens less those of B), plus
   each chunk's attention (its prompt's attention up to the chunk's end less up to its
