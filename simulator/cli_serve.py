@@ -53,6 +53,13 @@ def add_serve(sub, presets: str) -> None:
     serve.add_argument(
         "--rate", type=float, metavar="R", help="or Poisson arrivals, R requests a second"
     )
+    serve.add_argument(
+        "--concurrency",
+        type=count,
+        metavar="N",
+        help="or N clients, each sending the next request when its last one has finished "
+        "(a closed loop, as benchmarks at a fixed concurrency run)",
+    )
     serve.add_argument("--num", type=count, default=100, help="requests generated (default 100)")
     serve.add_argument(
         "--prompt-len",
@@ -181,8 +188,10 @@ def run_serve(args) -> int:
             kv_memory = parse_size(args.kv_cache_memory)
         except UnitError as exc:
             raise SimulatorError(f"--kv-cache-memory: {exc}") from None
-    if (args.trace is None) == (args.rate is None):
-        raise SimulatorError("give the requests as --trace FILE or as --rate R (with --num N)")
+    if sum(x is not None for x in (args.trace, args.rate, args.concurrency)) != 1:
+        raise SimulatorError(
+            "give the requests as --trace FILE, --rate R or --concurrency N (with --num N)"
+        )
     if args.find_capacity and (args.rate is None or slo.ttft_s is None and slo.tpot_s is None):
         raise SimulatorError(
             "--find-capacity varies the rate of generated requests to meet a target: give "
@@ -207,8 +216,13 @@ def run_serve(args) -> int:
     else:
         prompt = Lengths.parse("--prompt-len", args.prompt_len)
         output = Lengths.parse("--output-len", args.output_len)
-        requests = generate(args.rate, args.num, prompt, output, args.seed)
-        workload = f"Poisson {args.rate:g}/s, prompts {prompt}, outputs {output}, seed {args.seed}"
+        requests = generate(args.rate or 1.0, args.num, prompt, output, args.seed)
+        arrivals = (
+            f"Poisson {args.rate:g}/s"
+            if args.concurrency is None
+            else f"{args.concurrency} clients in a closed loop"
+        )
+        workload = f"{arrivals}, prompts {prompt}, outputs {output}, seed {args.seed}"
     tty = sys.stderr.isatty() and not args.quiet
     bar = tqdm(desc=f"serve {model.name}", unit="step", leave=False) if tty else None
 
@@ -249,7 +263,7 @@ def run_serve(args) -> int:
                 )
                 lines = [*found.summary(), ""]
             else:
-                report = deployment.serve(requests, slo, workload)
+                report = deployment.serve(requests, slo, workload, args.concurrency)
                 kind, data, lines = "serving", report.to_dict(), []
     finally:
         if bar is not None:

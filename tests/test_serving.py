@@ -332,8 +332,9 @@ def test_the_serve_command_writes_its_report_and_rows_and_refuses_in_a_line(
     (tmp_path / "mine.csv").write_text("my notes\n")
     for extra, problem in (
         (["--trace", "t.jsonl", "--csv", "mine.csv"], "mine.csv"),
-        ([], "give the requests as --trace FILE or as --rate R"),
-        (["--trace", "t.jsonl", "--rate", "2"], "give the requests as --trace FILE or as --rate R"),
+        ([], "give the requests as --trace FILE, --rate R or --concurrency N"),
+        (["--trace", "t.jsonl", "--rate", "2"], "give the requests as --trace FILE, --rate R or"),
+        (["--rate", "2", "--concurrency", "4"], "give the requests as --trace FILE, --rate R or"),
         (["--rate", "2", "--slo", "ttft=fast"], "--slo ttft=fast: write ttft=TIME,tpot=TIME"),
         (["--rate", "2", "--kv-cache-memory", "lots"], "--kv-cache-memory: "),
         (["--trace", "missing.jsonl"], "missing.jsonl: no such trace file"),
@@ -475,3 +476,30 @@ def test_a_step_too_large_to_simulate_is_refused_in_a_line(capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err and "Exception ignored" not in err
     assert "needs about" in err and "use a smaller --max-step-tokens or shorter prompts" in err
+
+
+@pytest.mark.parametrize("concurrency", [1, 3, 8])
+def test_a_closed_loop_keeps_its_clients_requests_in_flight_and_no_more(concurrency):
+    """`concurrency` clients each send a request when their last one finished: never more
+    than that many requests in the system; with one client each request starts as the one
+    before ends and takes what it takes alone."""
+    requests = tuple(Request(i, 0.0, 40 + 9 * i, 3 + i % 5) for i in range(12))
+    times = known_times(requests)
+    served, steps = run_engine(
+        requests, times, PagedKVCache(1000, 16), "continuous", 8, 2048, concurrency
+    )
+    assert [s.request.id for s in sorted(served, key=lambda s: s.request.id)] == list(range(12))
+    for step in steps:  # the requests sent and not finished as the step starts
+        in_flight = [s for s in served if s.request.arrival_s <= step.start_s < s.finish_s]
+        assert len(in_flight) <= concurrency
+    assert max(step.batch for step in steps) == min(concurrency, 8)
+    assert sum(step.generated for step in steps) == sum(r.output_tokens for r in requests)
+    if concurrency == 1:
+        for before, after in zip(served, served[1:]):
+            assert after.request.arrival_s == before.finish_s
+        for s in served:
+            prompt, output = s.request.prompt_tokens, s.request.output_tokens
+            alone = times.prefill([prompt]).seconds + sum(
+                times.decode([prompt + g]).seconds for g in range(1, output)
+            )
+            assert s.finish_s - s.request.arrival_s == pytest.approx(alone, rel=1e-12)

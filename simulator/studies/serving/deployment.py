@@ -188,10 +188,17 @@ class Deployment:
         self._pools.close()
 
     def serve(
-        self, requests: tuple[Request, ...], slo: Slo | None = None, workload: str = ""
+        self,
+        requests: tuple[Request, ...],
+        slo: Slo | None = None,
+        workload: str = "",
+        concurrency: int | None = None,
     ) -> ServingReport:
         """Serve `requests` (of the lengths the deployment was sized for) and report it,
-        each request's TTFT and TPOT judged against `slo`."""
+        each request's TTFT and TPOT judged against `slo`: at their arrival times, or
+        (`concurrency`) from that many clients that each send the next request when the
+        last one they sent has finished."""
+        check_count("concurrency", concurrency, optional=True)
         lengths = sorted({(r.prompt_tokens, r.output_tokens) for r in requests})
         if not requests or not set(lengths) <= set(self._lengths):
             raise ValueError("serve the lengths the deployment was sized for")
@@ -204,6 +211,7 @@ class Deployment:
             self.policy,
             self.max_batch,
             self.max_step_tokens,
+            concurrency,
         )
         energy = self.hardware.energy
         return ServingReport(

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field, replace
 
 import simpy
 
@@ -119,26 +120,41 @@ def run_engine(
     policy: str,
     max_batch: int,
     max_step_tokens: int,
+    concurrency: int | None = None,
 ) -> tuple[list[Served], list[StepRecord]]:
-    """Serve every request; each is finished once, in the order the policy runs them."""
+    """Serve every request; each is finished once, in the order the policy runs them. Open
+    loop (`concurrency` None): each arrives at its `arrival_s`. Closed loop: `concurrency`
+    clients each send a request (the next of `requests`, in order, arriving as it is sent),
+    wait for its last token and send the next, as benchmarks at a fixed concurrency do."""
     env = simpy.Environment()
-    served = [Served(r) for r in requests]
+    served: list[Served] = []
     state = _State()
     steps: list[StepRecord] = []
     arrived = [env.event()]  # fired at each arrival, for an engine with nothing to do
+    finished: dict[int, simpy.Event] = {}  # a closed-loop client waits on its request's
     plan_step = {"continuous": _continuous, "chunked": _chunked, "static": _static}[policy]
 
-    def arrivals():
-        for s in served:
-            if s.request.arrival_s > env.now:
-                yield env.timeout(s.request.arrival_s - env.now)
-            state.waiting.append(s)
-            arrived[0].succeed()
-            arrived[0] = env.event()
+    def arrive(s: Served) -> None:
+        served.append(s)
+        state.waiting.append(s)
+        arrived[0].succeed()
+        arrived[0] = env.event()
+
+    def open_loop():
+        for request in requests:
+            if request.arrival_s > env.now:
+                yield env.timeout(request.arrival_s - env.now)
+            arrive(Served(request))
+
+    def client(unsent: Iterator[Request]):
+        for request in unsent:  # shared by the clients: each takes the next unsent
+            finished[request.id] = env.event()
+            arrive(Served(replace(request, arrival_s=env.now)))
+            yield finished[request.id]
 
     def engine():
         done = 0
-        while done < len(served):
+        while done < len(requests):
             if not state.waiting and not state.running:
                 yield arrived[0]
                 continue
@@ -166,6 +182,8 @@ def run_engine(
                     cache.free(s.request.id)
                     state.running.remove(s)
                     done += 1
+                    if s.request.id in finished:
+                        finished[s.request.id].succeed()
             steps.append(
                 StepRecord(
                     start,
@@ -180,7 +198,12 @@ def run_engine(
                 )
             )
 
-    env.process(arrivals())
+    if concurrency is None:
+        env.process(open_loop())
+    else:
+        unsent = iter(requests)
+        for _ in range(concurrency):
+            env.process(client(unsent))
     env.process(engine())
     env.run()
     return served, steps
