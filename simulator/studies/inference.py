@@ -95,25 +95,7 @@ def infer(
     (schedule/sampling.py; ignored with `exact`): not yet the default, as a sampled run is
     not yet within 1% of the exact one everywhere (the HBM bytes of kernels whose operands
     nearly fill L2: a 512-token prefill layer on h200, 13% low)."""
-    if isinstance(model, str):
-        model = load_model(model)
-    if isinstance(hardware, str):
-        hardware = load_hardware(hardware)
-    if isinstance(runtime, str):
-        runtime = load_runtime(runtime)
-    if not isinstance(model, ModelConfig) or not isinstance(hardware, Hardware):
-        raise TypeError(
-            "infer() takes a model (load_model(name) or its name) and hardware "
-            f"(load_hardware(name) or its name), got {type(model).__name__} and "
-            f"{type(hardware).__name__}"
-        )
-    if runtime is not None:
-        if not isinstance(runtime, Runtime):
-            raise TypeError(
-                f"infer() takes a runtime (load_runtime(name) or its name), got "
-                f"{type(runtime).__name__}"
-            )
-        hardware = runtime.on(hardware)
+    model, hardware, runtime = loaded(model, hardware, runtime, "infer()")
     if decode_points == 1 or (isinstance(decode_points, int) and decode_points < 1):
         raise ValueError(
             f"decode_points must be at least 2 (the first and last contexts), got {decode_points}"
@@ -249,6 +231,37 @@ def infer(
             },
         },
     )
+
+
+def loaded(
+    model: ModelConfig | str,
+    hardware: Hardware | str,
+    runtime: Runtime | str | None,
+    caller: str,
+) -> tuple[ModelConfig, Hardware, Runtime | None]:
+    """The model, hardware and runtime (each loaded, or its name or path loaded), the
+    hardware with the runtime's launch figures in place of its own; `caller` names the API
+    a wrong type was given to."""
+    if isinstance(model, str):
+        model = load_model(model)
+    if isinstance(hardware, str):
+        hardware = load_hardware(hardware)
+    if isinstance(runtime, str):
+        runtime = load_runtime(runtime)
+    if not isinstance(model, ModelConfig) or not isinstance(hardware, Hardware):
+        raise TypeError(
+            f"{caller} takes a model (load_model(name) or its name) and hardware "
+            f"(load_hardware(name) or its name), got {type(model).__name__} and "
+            f"{type(hardware).__name__}"
+        )
+    if runtime is not None:
+        if not isinstance(runtime, Runtime):
+            raise TypeError(
+                f"{caller} takes a runtime (load_runtime(name) or its name), got "
+                f"{type(runtime).__name__}"
+            )
+        hardware = runtime.on(hardware)
+    return model, hardware, runtime
 
 
 def check_deployment(

@@ -8,9 +8,9 @@ from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from multiprocessing.pool import Pool
 
-from ...config.hardware import Hardware, load_hardware
-from ...config.model import ModelConfig, kv_cache_bytes, load_model, shard
-from ...config.runtime import Runtime, load_runtime
+from ...config.hardware import Hardware
+from ...config.model import ModelConfig, kv_cache_bytes, shard
+from ...config.runtime import Runtime
 from ...config.transformer import Step
 from ...errors import SimulatorError, check_count
 from ...ops import DTYPE_BYTES
@@ -23,6 +23,7 @@ from ..inference import (
     check_context,
     check_deployment,
     hbm_footprint,
+    loaded,
 )
 from ..inference_report import StepTime
 from .engine import POLICIES, PagedKVCache, longest, run_engine
@@ -70,14 +71,7 @@ class Deployment:
         workers: int = 1,
         on_step: Callable[[str], None] | None = None,
     ):
-        if isinstance(model, str):
-            model = load_model(model)
-        if isinstance(hardware, str):
-            hardware = load_hardware(hardware)
-        if isinstance(runtime, str):
-            runtime = load_runtime(runtime)
-        if runtime is not None:  # its launch figures replace the hardware file's
-            hardware = runtime.on(hardware)
+        model, hardware, runtime = loaded(model, hardware, runtime, "Deployment()")
         for name, value in (
             ("chips", chips),
             ("max_batch", max_batch),
@@ -174,7 +168,7 @@ class Deployment:
             max_batch,
             (min(prompts) + 1, max(r.prompt_tokens + r.output_tokens - 1 for r in requests)),
         )
-        self._lengths = sorted({(r.prompt_tokens, r.output_tokens) for r in requests})
+        self._lengths = {(r.prompt_tokens, r.output_tokens) for r in requests}
         try:
             self.times.simulate_prompts(r.prompt_tokens for r in requests)
         except BaseException:  # no `with` block will end its workers
@@ -199,8 +193,8 @@ class Deployment:
         (`concurrency`) from that many clients that each send the next request when the
         last one they sent has finished."""
         check_count("concurrency", concurrency, optional=True)
-        lengths = sorted({(r.prompt_tokens, r.output_tokens) for r in requests})
-        if not requests or not set(lengths) <= set(self._lengths):
+        lengths = {(r.prompt_tokens, r.output_tokens) for r in requests}
+        if not requests or not lengths <= self._lengths:
             raise ValueError("serve the lengths the deployment was sized for")
         slo = slo or Slo()
         _check_slo(slo, self.times, min(r.prompt_tokens for r in requests))

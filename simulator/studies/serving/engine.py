@@ -33,7 +33,7 @@ from .step_times import StepTimes
 POLICIES = ("continuous", "chunked", "static")
 
 
-@dataclass
+@dataclass(eq=False)  # one per request: compared by identity
 class Served:
     """What happened to one request (times in seconds from the start)."""
 
@@ -265,7 +265,7 @@ def _chunked_once(
 ) -> _Plan:
     decodes = [s for s in state.running if s.decoding]
     preempted = _make_room(state, cache, decodes)
-    decodes = [s for s in decodes if s in state.running]
+    decodes = [s for s in decodes if s.decoding]  # less those preempted
     left = budget - len(decodes)
     chunks: list[tuple[Served, int]] = []
     for s in [s for s in state.running if not s.decoding]:  # part-prefilled, oldest first
@@ -295,7 +295,7 @@ def _make_room(state: _State, cache: PagedKVCache, decodes: list[Served]) -> int
     admits nobody new)."""
     preempted = 0
     for s in list(decodes):
-        if s not in state.running:
+        if not s.decoding:
             continue  # preempted below, to make room for an older one
         while not cache.hold(s.request.id, _tokens(s)):
             newest = state.running[-1]

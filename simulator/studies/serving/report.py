@@ -99,6 +99,7 @@ class ServingReport:
         met = sum(self.slo.met(s) for s in self.served)
         busy = [(step.end_s - step.start_s, step) for step in self.steps]
         busy_s = sum(d for d, _ in busy)
+        joules = self.joules()
         return {
             "model": self.model,
             "hardware": self.hardware,
@@ -138,8 +139,8 @@ class ServingReport:
                 "preemptions": sum(s.preempted for s in self.served),
             },
             "energy_j": {
-                "total": self.joules(),
-                "per_output_token": self.joules() / self.output_tokens,
+                "total": joules,
+                "per_output_token": joules / self.output_tokens,
             },
             "method": {
                 "simulated_steps": self.simulated_steps,
