@@ -16,6 +16,7 @@ from pathlib import Path
 
 from .cli_args import MAX_ERROR_LINES, MAX_VARIANTS, build_parser, clip
 from .cli_infer import run_infer
+from .cli_options import check_executor
 from .cli_serve import run_serve
 from .errors import OVERRIDE_MARK, SimulatorError, printable, quote
 from .gc_pause import gc_paused
@@ -324,8 +325,7 @@ def _sweep(args) -> int:
             f"--metric {args.metric}: not a number, so it cannot be plotted "
             f"(plottable: {', '.join(PLOTTABLE)})"
         )
-    if (args.executor == "dask") != bool(args.scheduler):
-        raise SimulatorError("--executor dask and --scheduler ADDRESS go together")
+    check_executor(args)
     csv_out = Output(
         "--csv", Path(args.csv or f"{Path(args.workload).stem}-sweep.csv"), "csv", args.force
     )

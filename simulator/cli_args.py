@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 from .cli_options import (
+    add_executor,
     add_no_cache,
     add_quiet,
     count,
@@ -309,17 +310,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         default=None,
         help="worker processes (default: the number of cores)",
     )
-    sweep.add_argument(
-        "--executor",
-        choices=("local", "dask"),
-        default="local",
-        help="local worker processes (default) or an existing Dask cluster",
-    )
-    sweep.add_argument(
-        "--scheduler",
-        metavar="ADDRESS",
-        help="the Dask scheduler, e.g. tcp://10.0.0.5:8786 (with --executor dask)",
-    )
+    add_executor(sweep, "the points")
     sweep.add_argument(
         "--csv", type=file_name, metavar="FILE", help="CSV path (default: <workload>-sweep.csv)"
     )

@@ -23,6 +23,27 @@ def add_no_cache(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def add_executor(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--executor",
+        choices=("local", "dask"),
+        default="local",
+        help=f"{what} on local worker processes (default) or an existing Dask cluster",
+    )
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDRESS",
+        help="the Dask scheduler, e.g. tcp://10.0.0.5:8786 (with --executor dask)",
+    )
+
+
+def check_executor(args: argparse.Namespace) -> None:
+    from .errors import SimulatorError
+
+    if (args.executor == "dask") != bool(args.scheduler):
+        raise SimulatorError("--executor dask and --scheduler ADDRESS go together")
+
+
 MAX_WORKERS = 256
 
 

@@ -10,7 +10,16 @@ import re
 import sys
 from pathlib import Path
 
-from .cli_options import add_no_cache, add_quiet, count, file_name, whole, worker_count
+from .cli_options import (
+    add_executor,
+    add_no_cache,
+    add_quiet,
+    check_executor,
+    count,
+    file_name,
+    whole,
+    worker_count,
+)
 from .errors import SimulatorError
 from .studies.outputs import Output, check_outputs, write_atomically, write_csv, write_json
 from .units import UnitError, parse_size
@@ -134,8 +143,10 @@ def add_serve(sub, presets: str) -> None:
         "--workers",
         type=worker_count,
         default=None,
-        help="processes simulating whole-model steps side by side (default: the number of cores)",
+        help="processes simulating whole-model steps side by side, and with --find-capacity the "
+        "rates tried at once (default: the number of cores)",
     )
+    add_executor(serve, "the whole-model steps")
     add_quiet(serve)
     add_no_cache(serve, "simulated steps")
     serve.add_argument(
@@ -201,6 +212,7 @@ def run_serve(args) -> int:
         raise SimulatorError(
             f"--attainment: a share above 0 and at most 1, got {args.attainment:g}"
         )
+    check_executor(args)
     model, hardware = load_model(args.model), load_hardware(args.hardware)
     runtime = None if args.runtime in (None, "none") else load_runtime(args.runtime)
     sources = (
@@ -231,6 +243,7 @@ def run_serve(args) -> int:
             bar.set_postfix_str(what)
             bar.update(1)
 
+    workers = args.workers or os.cpu_count() or 1
     options = {
         "chips": args.chips,
         "policy": args.policy,
@@ -242,7 +255,8 @@ def run_serve(args) -> int:
         "kv_cache": args.kv_cache,
         "sample": args.sample,
         "runtime": runtime,
-        "workers": args.workers or os.cpu_count() or 1,
+        "workers": workers,
+        "scheduler": args.scheduler,
         "on_step": on_step,
     }
     try:
@@ -254,6 +268,7 @@ def run_serve(args) -> int:
                     slo,
                     args.rate,
                     args.attainment,
+                    parallel=workers,
                 )
                 best = found.at_capacity
                 report, kind, data = (

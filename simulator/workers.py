@@ -1,4 +1,5 @@
-"""Worker processes for sweeps and the tuner, stopped with the command that started them.
+"""Worker processes for sweeps, the tuner and serving, stopped with the command that started
+them; or an existing Dask cluster's workers.
 
 A Ctrl-C at a terminal reaches every process of the group, so workers ignore it and leave
 the decision to their parent; when the parent stops (an interrupt, SIGTERM from `kill`,
@@ -17,6 +18,9 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from multiprocessing.pool import Pool
+from typing import Any
+
+from .errors import SimulatorError, quote
 
 ORPHAN_CHECK_S = 0.25  # how soon a worker notices that its parent is gone
 
@@ -107,3 +111,21 @@ def stopping_on_sigterm() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGTERM, previous)
         sys.unraisablehook = previous_hook
+
+
+def dask_client(address: str) -> Any:
+    """A client of the Dask cluster whose scheduler is at `address` (a context manager that
+    closes it), or a one-line error when dask.distributed is missing or the scheduler out of
+    reach."""
+    try:
+        from distributed import Client
+    except ImportError:
+        raise SimulatorError(
+            "--executor dask needs dask.distributed: pip install 'dask[distributed]'"
+        ) from None
+    try:
+        return Client(address, timeout=10)
+    except (OSError, TimeoutError, ValueError) as exc:  # ValueError: not an address at all
+        raise SimulatorError(
+            f"--scheduler {quote(address)}: cannot reach the Dask scheduler ({quote(str(exc))})"
+        ) from None

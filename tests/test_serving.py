@@ -341,6 +341,7 @@ def test_the_serve_command_writes_its_report_and_rows_and_refuses_in_a_line(
         (["--rate", "2", "--find-capacity"], "--find-capacity varies the rate"),
         (["--trace", "t.jsonl", "--find-capacity", "--slo", "tpot=1s"], "give --rate R"),
         (["--rate", "2", "--attainment", "1.5"], "--attainment: a share above 0"),
+        (["--rate", "2", "--executor", "dask"], "--executor dask and --scheduler ADDRESS go"),
     ):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err
@@ -400,14 +401,25 @@ def test_the_capacity_search_brackets_the_highest_rate_that_meets_the_target(tin
 
     alone = serve(model, tiny, requests_at(1.0))
     slo = Slo(ttft_s=4 * max(row["ttft_s"] for row in alone.rows()))
-    with Deployment(model, tiny, requests_at(1.0)) as deployment:
-        found = find_capacity(deployment, requests_at, slo, 100.0)
-    assert found.rate_per_s is not None and found.at_capacity.rate_per_s == found.rate_per_s
-    assert found.at_capacity.attainment >= 0.9
-    failed = [p.rate_per_s for p in found.points if p.attainment < 0.9]
-    assert min(r for r in failed if r > found.rate_per_s) <= found.rate_per_s * 1.05
-    counts = [p.report.simulated_steps for p in found.points]  # one step model for them all
-    assert counts == sorted(counts) and counts[-1] < sum(counts)
+    found = {}
+    for parallel in (1, 3):
+        simulated = []
+        with Deployment(model, tiny, requests_at(1.0), on_step=simulated.append) as deployment:
+            found[parallel] = find_capacity(deployment, requests_at, slo, 100.0, parallel=parallel)
+        # one step model for every point, each step simulated once (threads wait for each
+        # other's), and every report names them all
+        assert len(simulated) == len(set(simulated)) == len(deployment.times.simulated)
+        assert {p.report.simulated_steps for p in found[parallel].points} == {len(simulated)}
+    for search in found.values():
+        assert search.rate_per_s is not None
+        assert search.at_capacity.rate_per_s == search.rate_per_s
+        assert search.at_capacity.attainment >= 0.9
+        failed = [p.rate_per_s for p in search.points if p.attainment < 0.9]
+        assert min(r for r in failed if r > search.rate_per_s) <= search.rate_per_s * 1.05
+    # three rates a round: fewer rounds, more points, the same bracket's worth of answer
+    assert len(found[3].points) > len(found[1].points)
+    assert found[3].rate_per_s == pytest.approx(found[1].rate_per_s, rel=0.1)
+    found = found[3]
     data = found.to_dict()
     assert data["capacity_requests_per_s"] == found.rate_per_s
     assert [p["rate_per_s"] for p in data["points"]] == sorted(p.rate_per_s for p in found.points)
@@ -503,3 +515,20 @@ def test_a_closed_loop_keeps_its_clients_requests_in_flight_and_no_more(concurre
                 times.decode([prompt + g]).seconds for g in range(1, output)
             )
             assert s.finish_s - s.request.arrival_s == pytest.approx(alone, rel=1e-12)
+
+
+@pytest.mark.slow
+def test_serving_on_a_dask_cluster_gives_the_local_report(tiny):
+    """The whole-model steps on a Dask cluster's workers: the same step times, the same
+    report as on local processes."""
+    distributed = pytest.importorskip("distributed")
+    model = parse_model(TOY, "toy", "<toy>")
+    requests = generate(
+        50.0, 40, Lengths.parse("p", "uniform:16-64"), Lengths.parse("o", "fixed:8"), 1
+    )
+    local = serve(model, tiny, requests, workers=2)
+    with distributed.LocalCluster(
+        n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None
+    ) as cluster:
+        remote = serve(model, tiny, requests, scheduler=cluster.scheduler_address)
+    assert remote.to_dict() == local.to_dict()

@@ -21,7 +21,7 @@ from ..config.strict import YamlLimitError, parse_yaml
 from ..errors import OVERRIDE_MARK, ConfigError, SimulatorError, check_count, quote
 from ..schedule.program import UTILIZATION_KEYS
 from ..units import us_per_cycle
-from ..workers import worker_pool
+from ..workers import dask_client, worker_pool
 
 # Report figures that become columns of a sweep row, flattened to one level: first those a
 # report carries as they are, then those derived from it.
@@ -287,19 +287,9 @@ def _run_indexed(indexed_job: tuple[int, tuple]) -> tuple[int, dict[str, Any]]:
 
 def _on_dask(address: str, jobs: list, finished: Callable) -> None:
     """Run the points on an existing Dask cluster."""
-    try:
-        from distributed import Client, as_completed
-    except ImportError:
-        raise SimulatorError(
-            "--executor dask needs dask.distributed: pip install 'dask[distributed]'"
-        ) from None
-    try:
-        client = Client(address, timeout=10)
-    except (OSError, TimeoutError, ValueError) as exc:  # ValueError: not an address at all
-        raise SimulatorError(
-            f"--scheduler {quote(address)}: cannot reach the Dask scheduler ({quote(str(exc))})"
-        ) from None
-    with client:
+    from distributed import as_completed
+
+    with dask_client(address) as client:
         futures = client.map(run_point, jobs, pure=False)
         index = {future.key: i for i, future in enumerate(futures)}
         for future in as_completed(futures):

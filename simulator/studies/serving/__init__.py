@@ -2,7 +2,7 @@
 engine step timed from whole-model steps the simulator ran (issue 24).
 
     serve(model, hardware, requests) -> ServingReport
-    find_capacity(model, hardware, requests_at, slo) -> Capacity
+    find_capacity(deployment, requests_at, slo, first_rate_per_s) -> Capacity
 
 `requests` come from `load_trace` or `generate` (requests.py); a `Deployment`
 (deployment.py) sizes the KV cache and the step model for them, the engine (engine.py)
@@ -43,7 +43,8 @@ def serve(
 ) -> ServingReport:
     """Serve `requests` on a Deployment of `model` and `hardware` with `options` (its
     keyword arguments: chips, policy, max_batch, max_step_tokens, block_tokens,
-    kv_cache_bytes_per_chip, fusion, weights, kv_cache, sample, workers, on_step), each
+    kv_cache_bytes_per_chip, fusion, weights, kv_cache, sample, runtime, workers, scheduler,
+    on_step), each
     request judged against `slo`."""
     with Deployment(model, hardware, requests, **options) as deployment:
         return deployment.serve(requests, slo, workload)

@@ -9,11 +9,18 @@ the next does not, then the bracket is halved until its ends are within `toleran
 other; the capacity is the highest rate found to meet it. That takes attainment to fall as
 the rate rises, which queueing makes so but a trace's chance arrivals may dent: every point
 is reported.
+
+With `parallel` points at a time (threads: a point's engine is cheap, the whole-model steps
+it asks for run on the deployment's workers or Dask cluster, and points asking at once keep
+more of them busy), each round tries the next `parallel` doublings (or halvings), then
+splits the bracket into `parallel + 1` equal parts; one at a time, that is the search above.
+The points tried, and so the answer, depend on `parallel` but not on which thread ends first.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from .deployment import Deployment
@@ -93,42 +100,73 @@ def find_capacity(
     attainment: float = ATTAINMENT,
     tolerance: float = TOLERANCE,
     on_point: Callable[[float, float], None] | None = None,
+    parallel: int = 1,
 ) -> Capacity:
     """Search the rate (see the module docstring); `requests_at(rate)` is the trace at that
-    rate, `on_point(rate, attainment)` hears of each point as it ends."""
+    rate, `on_point(rate, attainment)` hears of each point as it ends (from its thread)."""
     points: list[Point] = []
 
-    def meets(rate: float) -> bool:
+    def point(rate: float) -> Point:
         report = deployment.serve(requests_at(rate), slo, f"{rate:.4g} requests/s")
         met = sum(slo.met(s) for s in report.served) / len(report.served)
-        points.append(Point(rate, met, report))
         if on_point:
             on_point(rate, met)
-        return met >= attainment
+        return Point(rate, met, report)
 
-    low, high = _bracket(meets, first_rate_per_s)
-    if low is None or high is None:
-        return Capacity(low, slo, attainment, tuple(points))
-    while high / low - 1 > tolerance:
-        middle = (low + high) / 2
-        if meets(middle):
-            low = middle
+    def meets(rates: Sequence[float]) -> list[bool]:
+        if len(rates) == 1:
+            tried = [point(rates[0])]
         else:
-            high = middle
-    return Capacity(low, slo, attainment, tuple(points))
+            with ThreadPoolExecutor(len(rates)) as threads:
+                tried = list(threads.map(point, rates))
+        points.extend(tried)
+        return [p.attainment >= attainment for p in tried]
+
+    def done(low: float | None) -> Capacity:
+        # each report names every step the search simulated, whenever it ended
+        stamped = tuple(
+            Point(p.rate_per_s, p.attainment, deployment.stamped(p.report)) for p in points
+        )
+        return Capacity(low, slo, attainment, stamped)
+
+    low, high = _bracket(meets, first_rate_per_s, parallel)
+    if low is None or high is None:
+        return done(low)
+    while high / low - 1 > tolerance:
+        inside = [low + (high - low) * i / (parallel + 1) for i in range(1, parallel + 1)]
+        met = meets(inside)
+        first_miss = met.index(False) if False in met else len(inside)
+        low = inside[first_miss - 1] if first_miss else low
+        high = inside[first_miss] if first_miss < len(inside) else high
+    return done(low)
 
 
-def _bracket(meets: Callable[[float], bool], rate: float) -> tuple[float | None, float | None]:
+def _bracket(
+    meets: Callable[[Sequence[float]], list[bool]], rate: float, parallel: int
+) -> tuple[float | None, float | None]:
     """A rate that meets the SLO and twice it, which does not, from `rate` up or down (None
-    for an end not found in MAX_DOUBLINGS)."""
-    if meets(rate):
-        for _ in range(MAX_DOUBLINGS):
-            if not meets(rate * 2):
-                return rate, rate * 2
-            rate *= 2
-        return rate, None
-    for _ in range(MAX_DOUBLINGS):
-        if meets(rate / 2):
-            return rate / 2, rate
-        rate /= 2
-    return None, rate
+    for an end not found in MAX_DOUBLINGS), trying `parallel` rates a round."""
+    up = [rate * 2**i for i in range(MAX_DOUBLINGS + 1)]
+    miss = _first(meets, up, False, parallel)
+    if miss is None:
+        return up[-1], None
+    if miss > 0:
+        return up[miss - 1], up[miss]
+    down = [rate / 2**i for i in range(MAX_DOUBLINGS + 1)]  # down[0] missed
+    hit = _first(meets, down[1:], True, parallel)
+    return (None, down[-1]) if hit is None else (down[hit + 1], down[hit])
+
+
+def _first(
+    meets: Callable[[Sequence[float]], list[bool]],
+    rates: list[float],
+    wanted: bool,
+    parallel: int,
+) -> int | None:
+    """The index of the first of `rates` whose outcome is `wanted`, trying `parallel` at a
+    time in order (None: none)."""
+    for start in range(0, len(rates), parallel):
+        met = meets(rates[start : start + parallel])
+        if wanted in met:
+            return start + met.index(wanted)
+    return None

@@ -4,6 +4,8 @@ steps (kept for every trace it serves: a capacity search serves one trace at man
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 from collections.abc import Callable, Iterable
 from contextlib import ExitStack
 from multiprocessing.pool import Pool
@@ -16,7 +18,7 @@ from ...errors import SimulatorError, check_count
 from ...ops import DTYPE_BYTES
 from ...units import format_bytes_decimal as fmt_bytes
 from ...version import __version__
-from ...workers import worker_pool
+from ...workers import dask_client, worker_pool
 from ..inference import (
     StepOptions,
     StepTimer,
@@ -69,6 +71,7 @@ class Deployment:
         sample: bool = False,
         runtime: Runtime | str | None = None,
         workers: int = 1,
+        scheduler: str | None = None,
         on_step: Callable[[str], None] | None = None,
     ):
         model, hardware, runtime = loaded(model, hardware, runtime, "Deployment()")
@@ -142,15 +145,20 @@ class Deployment:
         }
         self._pools = ExitStack()
         pool: list[Pool] = []  # started when two steps are first asked for together
+        starting = threading.Lock()
         timer = StepTimer(part, hardware, options, runtime, False, sample, "serve", TOO_LARGE)
+        client = self._pools.enter_context(dask_client(scheduler)) if scheduler else None
 
         def time_steps(steps: list[Step]) -> list[StepTime]:
-            if workers == 1 or len(steps) == 1:
-                timed: Iterable[StepTime] = map(timer, steps)
+            jobs = [(part, hardware, options, runtime, sample, step) for step in steps]
+            if client is not None:
+                timed: Iterable[StepTime] = client.gather(client.map(_time_step, jobs, pure=False))
+            elif workers == 1 or len(steps) == 1:
+                timed = map(timer, steps)
             else:
-                if not pool:
-                    pool.append(self._pools.enter_context(worker_pool(workers)))
-                jobs = [(part, hardware, options, runtime, sample, step) for step in steps]
+                with starting:
+                    if not pool:
+                        pool.append(self._pools.enter_context(worker_pool(workers)))
                 timed = pool[0].imap(_time_step, jobs)
             found = []
             for step, time in zip(steps, timed):
@@ -180,6 +188,16 @@ class Deployment:
 
     def __exit__(self, *exc) -> None:
         self._pools.close()
+
+    def stamped(self, report: ServingReport) -> ServingReport:
+        """`report` with the whole-model steps simulated so far and their checks (a report
+        made while other threads served names the steps simulated at that moment)."""
+        return dataclasses.replace(
+            report,
+            simulated_steps=len(self.times.simulated),
+            simulated=_simulated(self.times),
+            checks=tuple(self.times.checks()),
+        )
 
     def serve(
         self,

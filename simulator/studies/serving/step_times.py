@@ -31,6 +31,7 @@ interpolation spans.
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -109,6 +110,8 @@ class StepTimes:
         self.batch_grid = grid(1, batch)
         self.context_grid = spread(contexts[0], max(contexts))  # none: a trace of one token each
         self._anchors: dict[Step, _Anchor] = {}
+        self._pending: dict[Step, threading.Event] = {}  # being simulated, by whichever thread
+        self._lock = threading.Lock()
 
     def step(self, decodes: Sequence[int], chunks: Sequence[tuple[int, int]]) -> Cost:
         """A step that decodes a token at each context in `decodes` and prefills each chunk
@@ -205,16 +208,33 @@ class StepTimes:
         return self._anchors[step]
 
     def _simulate(self, steps: Iterable[Step]) -> None:
-        """Simulate the steps among `steps` not simulated yet, together, in their order."""
-        missing = list(dict.fromkeys(s for s in steps if s not in self._anchors))
-        for step, time in zip(missing, self._time_steps(missing) if missing else ()):
-            seconds = time.cycles / self._clock_hz
-            joules = sum((time.energy or {}).values()) * self._chips
-            self._anchors[step] = _Anchor(
-                seconds,
-                time.by_class_cycles.get(ATTENTION, 0.0) / self._clock_hz,
-                joules / seconds if seconds > 0 else 0.0,
-            )
+        """Simulate the steps among `steps` not simulated yet, together, in their order. Safe
+        from several threads (a capacity search's points): a step another thread is
+        simulating is waited for, not simulated twice."""
+        wanted = list(dict.fromkeys(steps))
+        with self._lock:
+            missing = [s for s in wanted if s not in self._anchors and s not in self._pending]
+            waiting = [self._pending[s] for s in wanted if s in self._pending]
+            done = threading.Event()
+            self._pending.update((s, done) for s in missing)
+        try:
+            for step, time in zip(missing, self._time_steps(missing) if missing else ()):
+                seconds = time.cycles / self._clock_hz
+                joules = sum((time.energy or {}).values()) * self._chips
+                self._anchors[step] = _Anchor(
+                    seconds,
+                    time.by_class_cycles.get(ATTENTION, 0.0) / self._clock_hz,
+                    joules / seconds if seconds > 0 else 0.0,
+                )
+        finally:
+            with self._lock:
+                for step in missing:
+                    del self._pending[step]
+            done.set()
+        for event in waiting:
+            event.wait()
+        if any(s not in self._anchors for s in wanted):  # another thread's simulation failed
+            self._simulate(wanted)
 
 
 def _rest_s(anchor: _Anchor) -> float:
