@@ -7,7 +7,8 @@ section 9 (the IDs are its rows).
 These rows landed on 2026-12-05, with the figures as they were then; they include shapes,
 chips and engines the calibration rows never covered (tensor parallel, batches, Llama 3,
 mixtral, H200, a 24-core 910B, weight-streaming GEMVs on 910B, energy), chosen for being
-stated clearly, not for agreeing with the model.
+stated clearly, not for agreeing with the model. The serving rows (SERVING) landed on
+2026-12-07, the same way, with `serve`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from validation_cases import (
     Case,
     KernelsCase,
     RequestCase,
+    ServingCase,
     attention_ops,
     catlass,
     from_time,
@@ -399,7 +401,47 @@ REQUESTS = (
     ),
 )
 
-HOLDOUT: tuple = GEMMS + DEEPGEMM + KERNELS + REQUESTS
+
+def nim(concurrency: int, ttft_ms: float, itl_ms: float, tokens_per_s: float) -> tuple:
+    """NVIDIA NIM 1.8.0's Llama-3.3-70B-Instruct, fp8 TP2 on 2 x H100 80G, 5,000 tokens in
+    and 500 out at a fixed concurrency: its mean TTFT, ITL and output tokens a second. Run as
+    TensorRT-LLM's in-flight batching (prompts and decodes in one step: `chunked`, at its
+    default 8,192 tokens a step), with ModelOpt's FP8 checkpoint's fp8 KV cache and CUDA
+    graphs; llama3-70b has Llama 3.3's shapes."""
+    source = f"NIM 1.8.0 benchmarks, fp8 TP2, concurrency {concurrency}"
+    deployment = dict(
+        chips=2,
+        dtype="fp8",
+        kv_cache="fp8",
+        policy="chunked",
+        max_step_tokens=8192,
+        runtime="cuda-graphs",
+    )
+    return tuple(
+        ServingCase(
+            f"S{concurrency}-{metric}",
+            "h100",
+            "llama3-70b",
+            5000,
+            500,
+            concurrency,
+            metric,
+            measured,
+            source,
+            **deployment,
+        )
+        for metric, measured in (("ttft", ttft_ms), ("itl", itl_ms), ("tput", tokens_per_s))
+    )
+
+
+SERVING = (
+    *nim(1, 406.77, 18.58, 51.67),
+    *nim(5, 546.7, 21.83, 218.48),
+    *nim(25, 688.69, 38.75, 623.4),
+    *nim(50, 834.51, 59.73, 814.37),
+)
+
+HOLDOUT: tuple = GEMMS + DEEPGEMM + KERNELS + REQUESTS + SERVING
 
 # Held out too, but not run yet: their prefills (4,096 to 32,000 tokens in one batch) take
 # more than 20 GB of memory today, more than a 24 GB machine can spare (issue 23 bounds it).

@@ -6,7 +6,9 @@ Each case is a row of benchmarks/validation_sources.md (its ID there, with the s
 its conditions): a GEMM at a stated shape, dtype and chip, and the throughput the source
 measured; or a few kernels (vector ops, fused attention) and the time the source measured for
 them; or a whole model's request (`infer`) and its time to the first token, per output token,
-end to end, or its energy per token. The simulator runs the same work on the matching preset
+end to end, or its energy per token; or a deployment serving a closed loop of clients
+(`serve --concurrency`) and the mean TTFT, time per output token or output tokens a second
+the source measured. The simulator runs the same work on the matching preset
 and the table prints measured, simulated and the signed error: positive when the simulator is
 faster (or spends less energy) than the silicon, that is, optimistic.
 
@@ -23,6 +25,10 @@ shape, or with `--tune` the tiling search's pick, as a vendor library autotunes 
 GEMM source that reports a time is shown in TFLOPS (2·M·N·K / t). A GEMM source that timed
 the kernel alone with a profiler (`timed="kernel"`) is compared with the simulated time less
 the launch the run waits on; the others, with the whole run, as a call's time includes it.
+A serving row's mean is over the steady state: of 8 x concurrency requests, those from the
+2 x concurrency-th to the 7 x concurrency-th sent (the first ones start together, the last
+ones see fewer clients), its throughput by Little's law (concurrency x output tokens over
+their mean end-to-end time).
 """
 
 from __future__ import annotations
@@ -38,7 +44,15 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from holdout_cases import HOLDOUT  # noqa: E402  (benchmarks/, this script's folder)
-from validation_cases import CALIBRATION, REQUEST_METRICS, Case, KernelsCase, RequestCase  # noqa: E402
+from validation_cases import (  # noqa: E402
+    CALIBRATION,
+    REQUEST_METRICS,
+    SERVING_METRICS,
+    Case,
+    KernelsCase,
+    RequestCase,
+    ServingCase,
+)
 
 from simulator import infer, load_hardware, load_model, simulate  # noqa: E402
 from simulator.config.runtime import load_runtime  # noqa: E402
@@ -47,6 +61,7 @@ from simulator.config.workload import parse_workload  # noqa: E402
 from simulator.errors import SimulatorError  # noqa: E402
 from simulator.gc_pause import gc_paused  # noqa: E402
 from simulator.studies.search import tune, tuned_workload  # noqa: E402
+from simulator.studies.serving import Deployment, Lengths, generate  # noqa: E402
 from simulator.workers import worker_pool  # noqa: E402
 
 SPLITS = {"calibration": CALIBRATION, "holdout": HOLDOUT}
@@ -72,6 +87,45 @@ def request_value(case: RequestCase, sample: bool = False):
         tpot = (report.tpot_us or {}).get("mean")
         value = {"ttft": report.ttft_us, "tpot": tpot, "e2e": report.e2e_us}[case.metric] / 1e3
     return (value, report.method) if sample else value
+
+
+def serving_values(cases: list[ServingCase]) -> list[float]:
+    """What `serve` says of each row of one deployment (see the module docstring), one
+    closed-loop run a concurrency, in the unit of each row's metric."""
+    first = cases[0]
+    prompt = Lengths.parse("prompt", f"fixed:{first.prompt}")
+    output = Lengths.parse("output", f"fixed:{first.generate}")
+
+    def requests(concurrency: int):
+        return generate(1.0, 8 * concurrency, prompt, output, 0)  # arrivals unused
+
+    steady = {}
+    with Deployment(
+        load_model(first.model),
+        load_hardware(first.hardware),
+        requests(max(c.concurrency for c in cases)),
+        chips=first.chips,
+        policy=first.policy,
+        max_step_tokens=first.max_step_tokens,
+        weights=first.dtype,
+        kv_cache=first.kv_cache,
+        runtime=first.runtime,
+    ) as deployment:
+        for concurrency in sorted({c.concurrency for c in cases}):
+            report = deployment.serve(requests(concurrency), concurrency=concurrency)
+            served = sorted(report.served, key=lambda s: s.request.id)
+            window = served[2 * concurrency : 7 * concurrency]
+            e2e_s = statistics.fmean(s.finish_s - s.request.arrival_s for s in window)
+            steady[concurrency] = {
+                "ttft": 1e3
+                * statistics.fmean(s.first_token_s - s.request.arrival_s for s in window),
+                "itl": 1e3
+                * statistics.fmean(
+                    (s.finish_s - s.first_token_s) / (first.generate - 1) for s in window
+                ),
+                "tput": concurrency * first.generate / e2e_s,
+            }
+    return [steady[c.concurrency][c.metric] for c in cases]
 
 
 def kernels(case: KernelsCase):
@@ -156,13 +210,44 @@ def measure(case, tuned: bool) -> tuple[str, str, str, str, float]:
     )
 
 
-def outcome(case, tuned: bool) -> tuple:
-    """What `measure` says of a case, or why the simulator refused it. Each case runs in a
-    fresh worker process, so no case's memory stays with the next."""
+def served(cases: list[ServingCase]) -> list[tuple[str, str, str, str, float]]:
+    """`measure`'s rows for the serving rows of one deployment; the error is positive when the
+    simulator is faster (a shorter time, more tokens a second)."""
+    rows = []
+    for case, simulated in zip(cases, serving_values(cases)):
+        unit = SERVING_METRICS[case.metric]
+        faster = simulated / case.measured if unit == "t/s" else case.measured / simulated
+        rows.append(
+            (
+                case.shape,
+                f"{case.measured:>7.2f} {unit}",
+                f"{simulated:>7.2f} {unit}",
+                case.metric,
+                faster - 1,
+            )
+        )
+    return rows
+
+
+def outcomes(cases: list, tuned: bool) -> list[tuple]:
+    """What `measure` says of a case (or `served` of a deployment's serving rows), or why the
+    simulator refused it. Each runs in a fresh worker process, so no case's memory stays with
+    the next."""
     try:
-        return measure(case, tuned)
+        if isinstance(cases[0], ServingCase):
+            return served(cases)
+        return [measure(cases[0], tuned)]
     except SimulatorError as exc:  # a row the simulator cannot run is shown, not hidden
-        return (str(exc).splitlines()[0],)
+        return [(str(exc).splitlines()[0],)] * len(cases)
+
+
+def tasks(cases: list) -> list[list]:
+    """The cases one at a time, but a deployment's serving rows together (in their order)."""
+    together: dict = {}
+    for case in cases:
+        key = case.deployment if isinstance(case, ServingCase) else case.id
+        together.setdefault(key, []).append(case)
+    return list(together.values())
 
 
 def summary(split: str, errors: dict[str, float]) -> str:
@@ -197,7 +282,9 @@ def main() -> None:
         )
         errors, refused = {}, []
         with worker_pool(1, tasks_per_worker=1) as pool:
-            for case, result in zip(cases, pool.imap(partial(outcome, tuned=args.tune), cases)):
+            jobs = tasks(cases)
+            results = pool.imap(partial(outcomes, tuned=args.tune), jobs)
+            for case, result in (pair for job in jobs for pair in zip(job, next(results))):
                 chip = case.hardware + ("*" * bool(getattr(case, "overrides", ())))
                 if len(result) == 1:
                     refused.append(case.id)

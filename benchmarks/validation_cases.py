@@ -338,3 +338,56 @@ REQUEST_CASES = (
 )
 
 CALIBRATION: tuple = CASES + KERNEL_CASES + REQUEST_CASES
+
+
+# what a serving row measured, and its unit (the mean over the steady state's requests)
+SERVING_METRICS = {
+    "ttft": "ms",  # time to the first token, queueing included
+    "itl": "ms",  # time per output token after the first
+    "tput": "t/s",  # output tokens a second, the whole deployment's
+}
+
+
+@dataclass(frozen=True)
+class ServingCase:
+    """A deployment serving a closed loop of clients (`serve --concurrency`: each sends its
+    next request, of fixed lengths, when its last one ends) and a mean the source measured
+    over its steady state. Rows of one deployment are served together, one run a
+    concurrency."""
+
+    id: str
+    hardware: str
+    model: str
+    prompt: int
+    generate: int
+    concurrency: int
+    metric: str  # a key of SERVING_METRICS
+    measured: float  # in the metric's unit
+    source: str
+    chips: int = 1  # in tensor parallel
+    dtype: str = "fp16"  # the weights, as infer's
+    kv_cache: str = "fp16"
+    policy: str = "continuous"
+    max_step_tokens: int | None = None
+    runtime: str | None = None
+
+    @property
+    def shape(self) -> str:
+        group = f" x{self.chips}" if self.chips > 1 else ""
+        return f"{self.model} {self.prompt}/{self.generate} c{self.concurrency}{group}"
+
+    @property
+    def deployment(self) -> tuple:
+        """What rows served together share."""
+        return (
+            self.hardware,
+            self.model,
+            self.prompt,
+            self.generate,
+            self.chips,
+            self.dtype,
+            self.kv_cache,
+            self.policy,
+            self.max_step_tokens,
+            self.runtime,
+        )
