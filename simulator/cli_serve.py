@@ -127,6 +127,14 @@ def add_serve(sub, presets: str) -> None:
         default=0.9,
         help="the share of requests that must meet --slo for a rate to count (default 0.9)",
     )
+    serve.add_argument(
+        "--rates-at-once",
+        type=count,
+        default=1,
+        metavar="N",
+        help="rates a capacity search tries at once, each round the next N doublings, then "
+        "the bracket split in N + 1 (default 1; N points keep more --workers busy)",
+    )
     serve.add_argument("--chips", type=count, default=1, help="chips in tensor parallel")
     serve.add_argument(
         "--runtime",
@@ -143,8 +151,7 @@ def add_serve(sub, presets: str) -> None:
         "--workers",
         type=worker_count,
         default=None,
-        help="processes simulating whole-model steps side by side, and with --find-capacity the "
-        "rates tried at once (default: the number of cores)",
+        help="processes simulating whole-model steps side by side (default: the number of cores)",
     )
     add_executor(serve, "the whole-model steps")
     add_quiet(serve)
@@ -243,7 +250,6 @@ def run_serve(args) -> int:
             bar.set_postfix_str(what)
             bar.update(1)
 
-    workers = args.workers or os.cpu_count() or 1
     options = {
         "chips": args.chips,
         "policy": args.policy,
@@ -255,7 +261,7 @@ def run_serve(args) -> int:
         "kv_cache": args.kv_cache,
         "sample": args.sample,
         "runtime": runtime,
-        "workers": workers,
+        "workers": args.workers or os.cpu_count() or 1,
         "scheduler": args.scheduler,
         "on_step": on_step,
     }
@@ -268,7 +274,7 @@ def run_serve(args) -> int:
                     slo,
                     args.rate,
                     args.attainment,
-                    parallel=workers,
+                    parallel=args.rates_at_once,
                 )
                 best = found.at_capacity
                 report, kind, data = (

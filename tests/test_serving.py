@@ -329,6 +329,12 @@ def test_the_serve_command_writes_its_report_and_rows_and_refuses_in_a_line(
     spans = [e["name"] for e in timeline["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
     assert spans.count("prefill") == 2 and spans.count("decode") == 2
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    search = ["--rate", "50", "--num", "30", "--slo", "ttft=3ms", "--find-capacity"]
+    lengths = ["--prompt-len", "fixed:64", "--output-len", "fixed:8"]
+    assert main([*base, *search, *lengths, "--rates-at-once", "2", "--workers", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "capacity search: 90% of requests within TTFT <= 3 ms" in out
+    assert "  capacity: " in out
     (tmp_path / "mine.csv").write_text("my notes\n")
     for extra, problem in (
         (["--trace", "t.jsonl", "--csv", "mine.csv"], "mine.csv"),

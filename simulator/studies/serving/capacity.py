@@ -87,6 +87,10 @@ class Capacity:
         if self.rate_per_s is None:
             lowest = min(p.rate_per_s for p in self.points)
             lines.append(f"  no rate tried meets it, down to {lowest:.3g} requests/s")
+        elif all(p.attainment >= self.attainment for p in self.points):
+            lines.append(
+                f"  capacity: at least {self.rate_per_s:.3g} requests/s (every rate met it)"
+            )
         else:
             lines.append(f"  capacity: {self.rate_per_s:.3g} requests/s")
         return lines
