@@ -173,7 +173,8 @@ def add_serve(sub, presets: str) -> None:
         "--plot",
         type=file_name,
         metavar="FILE.png",
-        help="also draw the batch, the queue, the KV cache and each request's latency over time",
+        help="also draw the batch, the queue, the KV cache and each request's latency over "
+        "time (with --find-capacity: latency and the share that met --slo against the rate)",
     )
     serve.add_argument(
         "--force", action="store_true", help="overwrite files there that differ from them"
@@ -297,10 +298,15 @@ def run_serve(args) -> int:
     if "json" in outputs:
         write_json(outputs["json"], kind, data)
         written.append(f"report written to {args.json}")
+    if args.find_capacity and "png" in outputs:
+        from .viz.serving import plot_capacity
+
+        write_atomically(outputs.pop("png"), lambda path: plot_capacity(found, path))
+        written.append(f"latency against load plotted to {args.plot}")
     if report is not None:
         written += _write_views(report, outputs, args)
-    elif len(outputs) > ("json" in outputs):
-        written.append("no rate met the target: no rows, timeline or plot written")
+    elif set(outputs) - {"json"}:
+        written.append("no rate met the target: no rows or timeline written")
     if written and args.json != "-":
         print("\n" + "\n".join(written))
     return 0

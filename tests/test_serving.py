@@ -331,10 +331,12 @@ def test_the_serve_command_writes_its_report_and_rows_and_refuses_in_a_line(
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
     search = ["--rate", "50", "--num", "30", "--slo", "ttft=3ms", "--find-capacity"]
     lengths = ["--prompt-len", "fixed:64", "--output-len", "fixed:8"]
-    assert main([*base, *search, *lengths, "--rates-at-once", "2", "--workers", "1"]) == 0
+    at_once = ["--rates-at-once", "2", "--workers", "1", "--plot", "load.png"]
+    assert main([*base, *search, *lengths, *at_once]) == 0
     out = capsys.readouterr().out
     assert "capacity search: 90% of requests within TTFT <= 3 ms" in out
-    assert "  capacity: " in out
+    assert "  capacity: " in out and "latency against load plotted to load.png" in out
+    assert (tmp_path / "load.png").read_bytes()[:4] == b"\x89PNG"
     (tmp_path / "mine.csv").write_text("my notes\n")
     for extra, problem in (
         (["--trace", "t.jsonl", "--csv", "mine.csv"], "mine.csv"),

@@ -1,6 +1,7 @@
 """A served trace drawn: a Perfetto (Chrome trace) timeline with the engine's steps and a
 track per request, and a plot of how the batch, the queue, the KV cache and the latencies
-ran over time. Both read a serving report (serving/report.py) and nothing else."""
+ran over time, each from a serving report (serving/report.py) and nothing else; and a
+capacity search's latency against load, from its points (serving/capacity.py)."""
 
 from __future__ import annotations
 
@@ -137,4 +138,40 @@ def plot_serving(report, path=None):
     latency.set_ylabel("ms")
     latency.set_xlabel("simulated seconds (requests at their arrival)")
     latency.legend(fontsize=8, loc="upper right")
+    return _finish(fig, path)
+
+
+def plot_capacity(found, path=None):
+    """A capacity search's latency against load: TTFT and TPOT (p50 and p90) at each rate
+    tried, the targets and the capacity found; below, the share of requests that met them."""
+    points = sorted(found.points, key=lambda p: p.rate_per_s)
+    rates = [p.rate_per_s for p in points]
+    latencies = [p.report.latencies() for p in points]
+    fig, (latency, met) = plt.subplots(
+        2, 1, figsize=(9, 6), sharex=True, gridspec_kw={"height_ratios": (2, 1)}
+    )
+    for key, name, marker in (("ttft_s", "TTFT", "o"), ("tpot_s", "TPOT", "s")):
+        for percentile, style in (("p50", ":"), ("p90", "-")):
+            values = [1e3 * (lat[key] or {}).get(percentile, float("nan")) for lat in latencies]
+            latency.plot(rates, values, style, marker=marker, label=f"{name} {percentile}")
+    for value, name in ((found.slo.ttft_s, "TTFT target"), (found.slo.tpot_s, "TPOT target")):
+        if value is not None:
+            latency.axhline(1e3 * value, linestyle="--", linewidth=0.8, color="grey")
+            latency.annotate(name, (rates[0], 1e3 * value), fontsize=7, color="grey")
+    latency.set_yscale("log")
+    latency.yaxis.set_major_formatter(ScalarFormatter())
+    latency.yaxis.set_minor_formatter(NullFormatter())
+    latency.set_ylabel("ms")
+    capacity = "" if found.rate_per_s is None else f", capacity {found.rate_per_s:.3g}/s"
+    latency.set_title(f"{points[0].report.model}: latency against load{capacity}")
+    latency.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
+    met.plot(rates, [100 * p.attainment for p in points], "o-")
+    met.axhline(100 * found.attainment, linestyle="--", linewidth=0.8, color="grey")
+    met.set_ylabel("met the targets, %")
+    met.set_xlabel("arrival rate, requests/s")
+    met.set_xscale("log")
+    met.xaxis.set_major_formatter(ScalarFormatter())
+    if found.rate_per_s is not None:
+        for axis in (latency, met):
+            axis.axvline(found.rate_per_s, color="green", linewidth=0.8)
     return _finish(fig, path)
