@@ -540,3 +540,21 @@ def test_serving_on_a_dask_cluster_gives_the_local_report(tiny):
     ) as cluster:
         remote = serve(model, tiny, requests, scheduler=cluster.scheduler_address)
     assert remote.to_dict() == local.to_dict()
+
+
+def test_a_serving_report_says_when_a_power_cap_held_its_steps_clock(tiny):
+    """As infer's: steps whose runs the power cap slowed are named in the report's notes,
+    whichever process simulated them; a chip that keeps its clock has none."""
+    from dataclasses import replace
+
+    energy = replace(
+        tiny.energy, cap_watts=tiny.energy.static_watts, cap_clock_hz=tiny.clock_hz / 2
+    )
+    capped = replace(tiny, energy=energy)  # every run draws more than its static power
+    model = parse_model(TOY, "toy", "<toy>")
+    requests = (Request(0, 0.0, 24, 3), Request(1, 0.01, 40, 2))
+    for workers in (1, 2):
+        notes = serve(model, capped, requests, workers=workers).to_dict()["method"]["notes"]
+        assert [n.split(" ran at ")[0] for n in notes] == ["prefill", "decode"]
+        assert all("held there by tiny's" in n for n in notes)
+    assert serve(model, tiny, requests).notes == ()

@@ -167,18 +167,8 @@ def infer(
     )
     errors = [e for e in timer.sampled_error if e is not None]
     if errors:
-        method += (
-            "; matmul K chunks and blocks simulated in part, those between two measured "
-            f"windows extrapolated from them (error estimate up to {100 * max(errors):.2g}% "
-            "of a run's time; --exact simulates them all)"
-        )
-    notes = [
-        f"{phase} ran at {hz / 1e9:.3f} GHz, held there by {hardware.name}'s "
-        f"{hardware.energy.cap_watts:,.0f} W power cap (its time is counted in cycles of the "
-        f"full {hardware.clock_hz / 1e9:.3f} GHz)"
-        for phase, hz in timer.capped.items()
-        if hardware.energy is not None
-    ]
+        method += "; " + sampling_note(errors, "--exact simulates them all")
+    notes = capped_notes(timer.capped, hardware)
     if runtime is not None and runtime.first_token == DECODE:
         notes.append(
             f"runtime {runtime.name} leaves the prompt's last token to its first decode step: "
@@ -359,6 +349,29 @@ class StepTimer:
         if clock_scale(report, self.hardware.clock_hz) != 1.0:
             self.capped[step.phase] = report.clock_ghz * 1e9
         return report
+
+
+def sampling_note(errors: list[float], instead: str) -> str:
+    """What sampling did to the runs whose error estimates (shares of a run's time) are
+    `errors`, and `instead`: how to simulate them all."""
+    return (
+        "matmul K chunks and blocks simulated in part, those between two measured windows "
+        f"extrapolated from them (error estimate up to {100 * max(errors):.2g}% of a run's "
+        f"time; {instead})"
+    )
+
+
+def capped_notes(capped: dict[str, float], hardware: Hardware) -> list[str]:
+    """A line for each phase whose runs the power cap held to a lower clock (`capped`: the
+    phase's clock in Hz)."""
+    if hardware.energy is None:
+        return []
+    return [
+        f"{phase} ran at {hz / 1e9:.3f} GHz, held there by {hardware.name}'s "
+        f"{hardware.energy.cap_watts:,.0f} W power cap (its time is counted in cycles of the "
+        f"full {hardware.clock_hz / 1e9:.3f} GHz)"
+        for phase, hz in capped.items()
+    ]
 
 
 def _sampled_error(report: SimulationReport) -> float | None:

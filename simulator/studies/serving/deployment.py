@@ -22,10 +22,12 @@ from ...workers import dask_client, worker_pool
 from ..inference import (
     StepOptions,
     StepTimer,
+    capped_notes,
     check_context,
     check_deployment,
     hbm_footprint,
     loaded,
+    sampling_note,
 )
 from ..inference_report import StepTime
 from .engine import POLICIES, PagedKVCache, longest, run_engine
@@ -146,24 +148,27 @@ class Deployment:
         self._pools = ExitStack()
         pool: list[Pool] = []  # started when two steps are first asked for together
         starting = threading.Lock()
-        timer = StepTimer(part, hardware, options, runtime, False, sample, "serve", TOO_LARGE)
         client = self._pools.enter_context(dask_client(scheduler)) if scheduler else None
+        self._sampled_errors: list[float] = []  # of the runs sampling simulated in part
+        self._capped: dict[str, float] = {}  # phase -> the clock a power cap held it to
 
         def time_steps(steps: list[Step]) -> list[StepTime]:
             jobs = [(part, hardware, options, runtime, sample, step) for step in steps]
             if client is not None:
-                timed: Iterable[StepTime] = client.gather(client.map(_time_step, jobs, pure=False))
+                timed: Iterable[_Timed] = client.gather(client.map(_time_step, jobs, pure=False))
             elif workers == 1 or len(steps) == 1:
-                timed = map(timer, steps)
+                timed = map(_time_step, jobs)
             else:
                 with starting:
                     if not pool:
                         pool.append(self._pools.enter_context(worker_pool(workers)))
                 timed = pool[0].imap(_time_step, jobs)
             found = []
-            for step, time in zip(steps, timed):
+            for step, (time, errors, capped) in zip(steps, timed):
                 if on_step:
                     on_step(f"{step.phase} {step.batch} x {step.new_tokens} @ {step.context}")
+                self._sampled_errors += errors
+                self._capped.update(capped)
                 found.append(time)
             return found
 
@@ -197,7 +202,16 @@ class Deployment:
             simulated_steps=len(self.times.simulated),
             simulated=_simulated(self.times),
             checks=tuple(self.times.checks()),
+            notes=self.notes(),
         )
+
+    def notes(self) -> tuple[str, ...]:
+        """What the whole-model steps simulated so far say of how they were simulated: the
+        error estimate of sampling, a clock held down by a power cap."""
+        notes = capped_notes(self._capped, self.hardware)
+        if self._sampled_errors:
+            notes.insert(0, sampling_note(self._sampled_errors, "without --sample, every one"))
+        return tuple(notes)
 
     def serve(
         self,
@@ -241,6 +255,7 @@ class Deployment:
             _simulated(self.times),
             tuple(self.times.checks()),
             slo,
+            self.notes(),
             {
                 "simulator_version": __version__,
                 "model_file": self.model.source,
@@ -250,12 +265,18 @@ class Deployment:
         )
 
 
+_Timed = tuple[StepTime, list[float], dict[str, float]]
+
+
 def _time_step(
     job: tuple[ModelConfig, Hardware, StepOptions, Runtime | None, bool, Step],
-) -> StepTime:
-    """A whole-model step, in a worker process."""
+) -> _Timed:
+    """A whole-model step (in this process or a worker), with the error estimates of its
+    sampled runs and the clock a power cap held any of them to (StepTimer's notes)."""
     part, hardware, options, runtime, sample, step = job
-    return StepTimer(part, hardware, options, runtime, False, sample, "serve", TOO_LARGE)(step)
+    timer = StepTimer(part, hardware, options, runtime, False, sample, "serve", TOO_LARGE)
+    time = timer(step)
+    return time, [e for e in timer.sampled_error if e is not None], timer.capped
 
 
 def _check_slo(slo: Slo, times: StepTimes, shortest_prompt: int) -> None:

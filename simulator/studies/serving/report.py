@@ -67,6 +67,7 @@ class ServingReport:
     simulated: tuple[str, ...]  # which, grouped
     checks: tuple[Check, ...]
     slo: Slo
+    notes: tuple[str, ...]  # how the whole-model steps were simulated: sampling, capped clocks
     provenance: dict[str, Any]
 
     @property
@@ -153,6 +154,7 @@ class ServingReport:
                     }
                     for c in self.checks
                 ],
+                "notes": list(self.notes),
             },
             "provenance": self.provenance,
         }
@@ -232,6 +234,10 @@ class ServingReport:
         lines.append(
             textwrap.fill(method, 92, initial_indent="  simulated: ", subsequent_indent=" " * 13)
         )
+        for note in self.notes:
+            lines.append(
+                textwrap.fill(note, 92, initial_indent="  note: ", subsequent_indent=" " * 8)
+            )
         return lines
 
 
