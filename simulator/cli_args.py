@@ -6,8 +6,10 @@ from __future__ import annotations
 import argparse
 
 from .cli_options import (
+    MODEL_SETS,
     add_executor,
     add_no_cache,
+    add_overrides,
     add_quiet,
     count,
     file_name,
@@ -44,7 +46,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     run.add_argument("workload", help="workload YAML file, e.g. workloads/ffn_decode.yaml")
     _hardware(run, presets)
-    _overrides(
+    add_overrides(
         run,
         "override any field, e.g. params.tokens=2048 or "
         "hardware.HBM.bandwidth=2.4TB/s (repeatable)",
@@ -94,7 +96,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     plan.add_argument("workload")
     _hardware(plan, presets)
-    _overrides(plan, "override any field (repeatable)")
+    add_overrides(plan, "override any field (repeatable)")
 
     compare = sub.add_parser(
         "compare",
@@ -106,7 +108,9 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     compare.add_argument("workload")
     _hardware(compare, presets)
-    _overrides(compare, "a value for all variants, or (repeated with other values) a variant axis")
+    add_overrides(
+        compare, "a value for all variants, or (repeated with other values) a variant axis"
+    )
     compare.add_argument(
         "--variant",
         action="append",
@@ -223,10 +227,9 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     add_quiet(infer)
     add_no_cache(infer, "steps")
-    _overrides(
+    add_overrides(
         infer,
-        "change a model field (num_key_value_heads=8) or, prefixed with hardware., a "
-        "hardware one (hardware.HBM.bandwidth=2TB/s); repeatable",
+        MODEL_SETS,
     )
     infer.add_argument(
         "--compare",
@@ -266,7 +269,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     tune.add_argument("workload")
     _hardware(tune, presets)
-    _overrides(tune, "override any field first (repeatable)")
+    add_overrides(tune, "override any field first (repeatable)")
     tune.add_argument(
         "--top",
         type=count,
@@ -303,7 +306,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
         help="a field and its values, e.g. params.tokens=1,8,64 (repeatable; "
         "two fields make a heatmap)",
     )
-    _overrides(sweep, "a value for every point (repeatable)")
+    add_overrides(sweep, "a value for every point (repeatable)")
     sweep.add_argument(
         "--workers",
         type=worker_count,
@@ -426,12 +429,6 @@ def _hardware(parser: argparse.ArgumentParser, presets: str) -> None:
         metavar="NAME",
         help=f"a preset ({presets}; any case) or a hardware file, in place "
         "of the workload's (as --set hardware=NAME)",
-    )
-
-
-def _overrides(parser: argparse.ArgumentParser, help_text: str) -> None:
-    parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE", help=help_text
     )
 
 

@@ -8,6 +8,7 @@ import json
 import sys
 from pathlib import Path
 
+from .cli_options import split_overrides
 from .studies.inference_compare import COUNTS, CSV_COLUMNS, Request, parse_compare, rows_of
 from .studies.outputs import Output, check_outputs, write_atomically, write_csv, write_json
 from .version import format_mark
@@ -19,7 +20,6 @@ def run_infer(args) -> int:
     from .config.hardware import load_hardware
     from .config.model import load_model
     from .config.runtime import load_runtime
-    from .config.strict import HARDWARE_PREFIX, parse_overrides
     from .studies.inference import WORK_LIMIT_LAYER_STEPS, infer
     from .viz.inference import render_comparison, render_inference
 
@@ -35,11 +35,7 @@ def run_infer(args) -> int:
         for option, name, kind in named
         if name and name != "-"
     }
-    pairs = parse_overrides(args.overrides, "--set")
-    hardware_sets = [
-        (p[len(HARDWARE_PREFIX) :], v) for p, v in pairs if p.startswith(HARDWARE_PREFIX)
-    ]
-    model_sets = [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)]
+    model_sets, hardware_sets = split_overrides(args.overrides)
 
     def field(request: Request, name: str):
         return request.changes.get(name, getattr(args, name))

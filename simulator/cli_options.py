@@ -37,6 +37,28 @@ def add_executor(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def add_overrides(parser: argparse.ArgumentParser, help_text: str) -> None:
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="PATH=VALUE", help=help_text
+    )
+
+
+MODEL_SETS = (
+    "change a model field (num_key_value_heads=8) or, prefixed with hardware., a hardware one "
+    "(hardware.HBM.bandwidth=2TB/s); repeatable"
+)
+
+
+def split_overrides(texts: list[str]) -> tuple[list, list]:
+    """`--set PATH=VALUE`s of a model and its hardware: the model's, and the hardware's (their
+    `hardware.` prefix taken off)."""
+    from .config.strict import HARDWARE_PREFIX, parse_overrides
+
+    pairs = parse_overrides(texts, "--set")
+    hardware = [(p[len(HARDWARE_PREFIX) :], v) for p, v in pairs if p.startswith(HARDWARE_PREFIX)]
+    return [(p, v) for p, v in pairs if not p.startswith(HARDWARE_PREFIX)], hardware
+
+
 def check_executor(args: argparse.Namespace) -> None:
     from .errors import SimulatorError
 

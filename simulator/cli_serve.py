@@ -11,12 +11,15 @@ import sys
 from pathlib import Path
 
 from .cli_options import (
+    MODEL_SETS,
     add_executor,
     add_no_cache,
+    add_overrides,
     add_quiet,
     check_executor,
     count,
     file_name,
+    split_overrides,
     whole,
     worker_count,
 )
@@ -154,6 +157,7 @@ def add_serve(sub, presets: str) -> None:
         help="processes simulating whole-model steps side by side (default: the number of cores)",
     )
     add_executor(serve, "the whole-model steps")
+    add_overrides(serve, MODEL_SETS)
     add_quiet(serve)
     add_no_cache(serve, "simulated steps")
     serve.add_argument(
@@ -221,7 +225,11 @@ def run_serve(args) -> int:
             f"--attainment: a share above 0 and at most 1, got {args.attainment:g}"
         )
     check_executor(args)
-    model, hardware = load_model(args.model), load_hardware(args.hardware)
+    model_sets, hardware_sets = split_overrides(args.overrides)
+    model, hardware = (
+        load_model(args.model, model_sets),
+        load_hardware(args.hardware, hardware_sets),
+    )
     runtime = None if args.runtime in (None, "none") else load_runtime(args.runtime)
     sources = (
         model.source,

@@ -329,6 +329,13 @@ def test_the_serve_command_writes_its_report_and_rows_and_refuses_in_a_line(
     spans = [e["name"] for e in timeline["traceEvents"] if e["ph"] == "X" and e["pid"] == 2]
     assert spans.count("prefill") == 2 and spans.count("decode") == 2
     assert (tmp_path / "p.png").read_bytes()[:4] == b"\x89PNG"
+    slower = ["--set", "hardware.HBM.bandwidth=16B/cycle", "--json", "slow.json"]
+    assert main([*base, "--trace", "t.jsonl", *slower]) == 0  # the chip's HBM at a quarter
+    tpot = {
+        name: json.loads((tmp_path / name).read_text())["latency"]["tpot_s"]["p50"]
+        for name in ("r.json", "slow.json")
+    }
+    assert tpot["slow.json"] > 1.5 * tpot["r.json"]
     search = ["--rate", "50", "--num", "30", "--slo", "ttft=3ms", "--find-capacity"]
     lengths = ["--prompt-len", "fixed:64", "--output-len", "fixed:8"]
     at_once = ["--rates-at-once", "2", "--workers", "1", "--plot", "load.png"]
@@ -350,6 +357,7 @@ def test_the_serve_command_writes_its_report_and_rows_and_refuses_in_a_line(
         (["--trace", "t.jsonl", "--find-capacity", "--slo", "tpot=1s"], "give --rate R"),
         (["--rate", "2", "--attainment", "1.5"], "--attainment: a share above 0"),
         (["--rate", "2", "--executor", "dask"], "--executor dask and --scheduler ADDRESS go"),
+        (["--rate", "2", "--set", "hardware.HBM.speed=1"], "--set hardware.HBM.speed=1: unknown"),
     ):
         assert main([*base, *extra]) == 2
         err = capsys.readouterr().err
