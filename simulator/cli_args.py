@@ -227,10 +227,7 @@ def build_parser(prog: str = "python -m simulator") -> argparse.ArgumentParser:
     )
     add_quiet(infer)
     add_no_cache(infer, "steps")
-    add_overrides(
-        infer,
-        MODEL_SETS,
-    )
+    add_overrides(infer, MODEL_SETS)
     infer.add_argument(
         "--compare",
         action="append",

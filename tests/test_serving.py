@@ -30,6 +30,7 @@ from simulator.studies.serving.engine import (
     _chunked,
     _State,
     longest,
+    prefill_tokens,
     run_engine,
 )
 from simulator.studies.serving.requests import Request
@@ -82,23 +83,25 @@ requests_strategy = st.lists(
     max_batch=st.integers(1, 8),
     spare_blocks=st.integers(0, 30),
     block_tokens=st.sampled_from([1, 4, 16]),
+    leave_last=st.booleans(),
 )
 def test_every_request_finishes_once_its_tokens_conserved_and_the_cache_never_overfills(
-    requests, policy, max_batch, spare_blocks, block_tokens
+    requests, policy, max_batch, spare_blocks, block_tokens, leave_last
 ):
     """Whatever the arrivals, lengths, batch and cache (from just enough for the longest
     request on): every request finishes once, after it arrived and after at least its own
     prefill; each step gives each of its sequences one token, so the steps' sequences add
     up to the tokens asked for; the blocks held never pass the cache; steps do not overlap;
-    and no schedule serves tokens faster than full steps at their best would."""
+    and no schedule serves tokens faster than full steps at their best would. So too where
+    prefills stop a token short and a decode step gives the first token (`leave_last`)."""
     cache = PagedKVCache(
         max(-(-longest(r) // block_tokens) for r in requests) + spare_blocks, block_tokens
     )
     times = known_times(requests, max_batch, max_step_tokens=256)
-    served, steps = run_engine(requests, times, cache, policy, max_batch, 256)
+    served, steps = run_engine(requests, times, cache, policy, max_batch, 256, None, leave_last)
     assert sorted(s.request.id for s in served) == [r.id for r in requests]
     for s in served:
-        own_prefill = times.prefill([s.request.prompt_tokens]).seconds
+        own_prefill = times.prefill([prefill_tokens(s.request.prompt_tokens, leave_last)]).seconds
         assert s.generated == s.request.output_tokens
         assert s.request.arrival_s + own_prefill * (1 - 1e-9) <= s.first_token_s <= s.finish_s
         assert policy != "static" or s.preempted == 0
@@ -448,11 +451,18 @@ def test_a_runtime_profile_drives_every_serving_step(tiny):
     model = parse_model(TOY, "toy", "<toy>")
     requests = (Request(0, 0.0, 32, 9),)
     bare = serve(model, tiny, requests).rows()[0]
-    driven = serve(model, tiny, requests, runtime="vllm-v0")
-    alone = infer(model, tiny, prompt=32, generate=9, runtime="vllm-v0").to_dict()
-    assert driven.rows()[0]["e2e_s"] * 1e6 == pytest.approx(alone["e2e_us"], rel=0.01)
-    assert driven.rows()[0]["e2e_s"] > bare["e2e_s"]
-    assert driven.to_dict()["provenance"]["options"]["runtime"] == "vllm-v0"
+    # vllm-v0: host time per step; turbomind-v01a1: a prefill a token short, the first
+    # token from a decode step over the whole prompt, as infer runs it
+    for runtime in ("vllm-v0", "turbomind-v01a1"):
+        driven = serve(model, tiny, requests, runtime=runtime)
+        alone = infer(model, tiny, prompt=32, generate=9, runtime=runtime).to_dict()
+        row = driven.rows()[0]
+        assert row["ttft_s"] * 1e6 == pytest.approx(alone["ttft_us"], rel=0.01), runtime
+        assert row["e2e_s"] * 1e6 == pytest.approx(alone["e2e_us"], rel=0.01), runtime
+        assert row["e2e_s"] > bare["e2e_s"]
+        assert driven.to_dict()["provenance"]["options"]["runtime"] == runtime
+        notes = " ".join(driven.notes)
+        assert ("leaves the prompt's last token" in notes) == (runtime == "turbomind-v01a1")
 
 
 def test_part_prefilled_requests_that_fill_the_cache_give_way_to_the_oldest():

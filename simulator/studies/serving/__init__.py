@@ -44,7 +44,6 @@ def serve(
     """Serve `requests` on a Deployment of `model` and `hardware` with `options` (its
     keyword arguments: chips, policy, max_batch, max_step_tokens, block_tokens,
     kv_cache_bytes_per_chip, fusion, weights, kv_cache, sample, runtime, workers, scheduler,
-    on_step), each
-    request judged against `slo`."""
+    on_step), each request judged against `slo`."""
     with Deployment(model, hardware, requests, **options) as deployment:
         return deployment.serve(requests, slo, workload)

@@ -12,7 +12,7 @@ from multiprocessing.pool import Pool
 
 from ...config.hardware import Hardware
 from ...config.model import ModelConfig, kv_cache_bytes, shard
-from ...config.runtime import Runtime
+from ...config.runtime import DECODE, Runtime
 from ...config.transformer import Step
 from ...errors import SimulatorError, check_count
 from ...ops import DTYPE_BYTES
@@ -30,7 +30,7 @@ from ..inference import (
     sampling_note,
 )
 from ..inference_report import StepTime
-from .engine import POLICIES, PagedKVCache, longest, run_engine
+from .engine import POLICIES, PagedKVCache, longest, prefill_tokens, run_engine
 from .report import ServingReport, Slo
 from .requests import Request
 from .step_times import StepTimes
@@ -50,11 +50,13 @@ class Deployment:
     prefill whole; chunked: 512). The KV cache has `block_tokens` positions a block and,
     per chip, `kv_cache_bytes_per_chip` bytes (default: what HBM has left after the weights
     and the largest prefill's activations). `runtime` (a profile, or its name) drives every
-    step as in `infer`: its launch figures and its host time per step (a serving step's first
-    token comes from its prefill whatever the profile says of a request's). The whole-model
-    steps a serving step needs are simulated side by side on up to `workers` processes;
-    `on_step` hears of each as it is simulated. Use it as a context manager: its worker
-    processes end with the block."""
+    step as in `infer`: its launch figures, its host time per step, and where a request's
+    first token comes from (a prefill stopping a token short leaves it to a decode step).
+    The whole-model steps a serving step needs are simulated side by side on up to `workers`
+    processes, or on the Dask cluster whose scheduler is at `scheduler`; `on_step` hears of
+    each as it is simulated. Several threads may serve at once (a capacity search's points):
+    a step is simulated once, for whichever asks first. Use it as a context manager: its
+    worker processes (or its Dask client) end with the block."""
 
     def __init__(
         self,
@@ -172,18 +174,24 @@ class Deployment:
                 found.append(time)
             return found
 
+        self.leave_last = runtime is not None and runtime.first_token == DECODE
+        prefills = [prefill_tokens(p, self.leave_last) for p in prompts]
         self.times = StepTimes(
             time_steps,
             hardware.clock_hz,
             chips,
-            1 if chunked else min(prompts),
+            1 if chunked else min(prefills),
             largest,
             max_batch,
-            (min(prompts) + 1, max(r.prompt_tokens + r.output_tokens - 1 for r in requests)),
+            (
+                min(prompts) + (not self.leave_last),  # a first decode's context
+                max(r.prompt_tokens + r.output_tokens - 1 for r in requests),
+            ),
         )
         self._lengths = {(r.prompt_tokens, r.output_tokens) for r in requests}
+        self._runtime = runtime
         try:
-            self.times.simulate_prompts(r.prompt_tokens for r in requests)
+            self.times.simulate_prompts(prefills)
         except BaseException:  # no `with` block will end its workers
             self._pools.close()
             raise
@@ -209,6 +217,12 @@ class Deployment:
         """What the whole-model steps simulated so far say of how they were simulated: the
         error estimate of sampling, a clock held down by a power cap."""
         notes = capped_notes(self._capped, self.hardware)
+        if self.leave_last and self._runtime is not None:
+            notes.append(
+                f"runtime {self._runtime.name} leaves the prompt's last token to its first decode "
+                "step: a request's first token follows a prefill of all but its last prompt "
+                "token and a decode step over the whole prompt"
+            )
         if self._sampled_errors:
             notes.insert(0, sampling_note(self._sampled_errors, "without --sample, every one"))
         return tuple(notes)
@@ -238,6 +252,7 @@ class Deployment:
             self.max_batch,
             self.max_step_tokens,
             concurrency,
+            self.leave_last,
         )
         energy = self.hardware.energy
         return ServingReport(

@@ -16,6 +16,10 @@ Policies:
 - `static`: when nothing runs, the requests waiting (up to a batch) start together, their
   blocks for prompt and output reserved at once, and the batch decodes until the last of
   them finishes; nobody joins a running batch.
+
+A runtime whose prefill stops a token short (`first_token: decode`, as `infer` runs it)
+prefills all but the last of a request's positions and gives its next token from its first
+decode step, at the context of them all.
 """
 
 from __future__ import annotations
@@ -111,6 +115,7 @@ class _Plan:
 class _State:
     waiting: deque[Served] = field(default_factory=deque)
     running: list[Served] = field(default_factory=list)  # in the order they were admitted
+    leave_last: bool = False  # a prefill stops a position short; a decode step gives the token
 
 
 def run_engine(
@@ -121,14 +126,16 @@ def run_engine(
     max_batch: int,
     max_step_tokens: int,
     concurrency: int | None = None,
+    leave_last: bool = False,
 ) -> tuple[list[Served], list[StepRecord]]:
     """Serve every request; each is finished once, in the order the policy runs them. Open
     loop (`concurrency` None): each arrives at its `arrival_s`. Closed loop: `concurrency`
     clients each send a request (the next of `requests`, in order, arriving as it is sent),
-    wait for its last token and send the next, as benchmarks at a fixed concurrency do."""
+    wait for its last token and send the next, as benchmarks at a fixed concurrency do.
+    `leave_last`: prefills stop a position short (see the module docstring)."""
     env = simpy.Environment()
     served: list[Served] = []
-    state = _State()
+    state = _State(leave_last=leave_last)
     steps: list[StepRecord] = []
     arrived = [env.event()]  # fired at each arrival, for an engine with nothing to do
     finished: dict[int, simpy.Event] = {}  # a closed-loop client waits on its request's
@@ -171,7 +178,7 @@ def run_engine(
             given = list(plan.decodes)
             for s, k in plan.chunks:
                 s.prefilled += k
-                if s.decoding:  # its prompt's last chunk: its next token
+                if s.decoding and s.prefilled == _tokens(s):  # every position: its next token
                     given.append(s)
             for s in given:
                 s.generated += 1
@@ -223,9 +230,16 @@ def longest(request: Request) -> int:
     return request.prompt_tokens + request.output_tokens - 1
 
 
+def prefill_tokens(positions: int, leave_last: bool) -> int:
+    """What a prefill over `positions` covers: all of them, or (`leave_last`, as a runtime
+    whose first token comes from a decode step runs it) all but the last, for a decode step
+    to feed in; a single position is prefilled."""
+    return positions - 1 if leave_last and positions > 1 else positions
+
+
 def _admit(state: _State, s: Served) -> None:
     state.waiting.popleft()
-    s.prefilled, s.target = 0, _tokens(s)
+    s.prefilled, s.target = 0, prefill_tokens(_tokens(s), state.leave_last)
     state.running.append(s)
 
 
@@ -278,7 +292,7 @@ def _chunked_once(
     admit = admit and not preempted
     while admit and left > 0 and state.waiting and len(state.running) < max_batch:
         s = state.waiting[0]
-        k = min(left, _tokens(s))
+        k = min(left, prefill_tokens(_tokens(s), state.leave_last))
         if not cache.hold(s.request.id, k):
             break
         _admit(state, s)
