@@ -113,17 +113,15 @@ def serving_values(cases: list[ServingCase]) -> list[float]:
     ) as deployment:
         for concurrency in sorted({c.concurrency for c in cases}):
             report = deployment.serve(requests(concurrency), concurrency=concurrency)
-            served = sorted(report.served, key=lambda s: s.request.id)
-            window = served[2 * concurrency : 7 * concurrency]
-            e2e_s = statistics.fmean(s.finish_s - s.request.arrival_s for s in window)
+            rows = sorted(report.rows(), key=lambda row: row["id"])
+            window = rows[2 * concurrency : 7 * concurrency]
+            mean = {
+                f: statistics.fmean(row[f] for row in window) for f in ("ttft_s", "tpot_s", "e2e_s")
+            }
             steady[concurrency] = {
-                "ttft": 1e3
-                * statistics.fmean(s.first_token_s - s.request.arrival_s for s in window),
-                "itl": 1e3
-                * statistics.fmean(
-                    (s.finish_s - s.first_token_s) / (first.generate - 1) for s in window
-                ),
-                "tput": concurrency * first.generate / e2e_s,
+                "ttft": 1e3 * mean["ttft_s"],
+                "itl": 1e3 * mean["tpot_s"],
+                "tput": concurrency * first.generate / mean["e2e_s"],
             }
     return [steady[c.concurrency][c.metric] for c in cases]
 
@@ -210,7 +208,7 @@ def measure(case, tuned: bool) -> tuple[str, str, str, str, float]:
     )
 
 
-def served(cases: list[ServingCase]) -> list[tuple[str, str, str, str, float]]:
+def serving_rows(cases: list[ServingCase]) -> list[tuple[str, str, str, str, float]]:
     """`measure`'s rows for the serving rows of one deployment; the error is positive when the
     simulator is faster (a shorter time, more tokens a second)."""
     rows = []
@@ -230,12 +228,12 @@ def served(cases: list[ServingCase]) -> list[tuple[str, str, str, str, float]]:
 
 
 def outcomes(cases: list, tuned: bool) -> list[tuple]:
-    """What `measure` says of a case (or `served` of a deployment's serving rows), or why the
+    """What `measure` says of a case (or `serving_rows` of a deployment's), or why the
     simulator refused it. Each runs in a fresh worker process, so no case's memory stays with
     the next."""
     try:
         if isinstance(cases[0], ServingCase):
-            return served(cases)
+            return serving_rows(cases)
         return [measure(cases[0], tuned)]
     except SimulatorError as exc:  # a row the simulator cannot run is shown, not hidden
         return [(str(exc).splitlines()[0],)] * len(cases)
