@@ -23,11 +23,13 @@ from typing import Any
 from .errors import SimulatorError, quote
 
 ORPHAN_CHECK_S = 0.25  # how soon a worker notices that its parent is gone
+STOPS = {signal.SIGINT, signal.SIGTERM}  # held while a pool starts (worker_pool)
 
 
 def _worker_signals(parent: int) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides what an interrupt does
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # and stops its workers with SIGTERM
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOPS)  # held by the parent as it forked us
     _die_with(parent)
 
 
@@ -51,14 +53,23 @@ def _die_with(parent: int) -> None:
 def worker_pool(processes: int, tasks_per_worker: int | None = None) -> Iterator[Pool]:
     """A pool of `processes` workers, closed when the block ends and terminated at once if
     it ends by an exception or an interrupt; a worker that has done `tasks_per_worker` tasks
-    (None: no limit) is replaced by a fresh one, which gives its memory back."""
-    pool = multiprocessing.Pool(
-        processes,
-        initializer=_worker_signals,
-        initargs=(os.getpid(),),
-        maxtasksperchild=tasks_per_worker,
-    )
+    (None: no limit) is replaced by a fresh one, which gives its memory back. An interrupt
+    or SIGTERM that comes while the pool starts waits until it has started (held, then
+    delivered): raised in the middle of multiprocessing's bookkeeping, it left a half-made
+    finalizer that printed a traceback as the command stopped."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS)
     try:
+        pool = multiprocessing.Pool(
+            processes,
+            initializer=_worker_signals,
+            initargs=(os.getpid(),),
+            maxtasksperchild=tasks_per_worker,
+        )
+    except BaseException:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+        raise
+    try:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)  # a stop held meanwhile arrives here
         yield pool
     except BaseException:
         pool.terminate()
