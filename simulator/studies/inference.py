@@ -133,7 +133,7 @@ def infer(
         short = [Step("prefill", batch, prompt - 1, prompt - 1)] if prompt > 1 else []
         first_steps = [*short, Step("decode", batch, 1, prompt)]
     contexts = range(prompt + 1, prompt + generate)
-    sampled = list(contexts) if exact else _spread(contexts, decode_points)
+    sampled = list(contexts if exact else spread(contexts.start, contexts.stop - 1, decode_points))
     planned = len(first_steps) + len(sampled)
     layer_steps = planned * (model.layers if exact else min(model.layers, PROVEN_LAYERS))
     if work_limit is not None and layer_steps > work_limit:
@@ -405,11 +405,13 @@ def _added(a: Mapping[str, float], b: Mapping[str, float]) -> dict[str, float]:
     return {key: a.get(key, 0.0) + b.get(key, 0.0) for key in {**a, **b}}
 
 
-def _spread(contexts: range, points: int) -> list[int]:
-    """`points` contexts spread evenly over the range, its first and last among them."""
-    if len(contexts) <= points:
-        return list(contexts)
-    return sorted({contexts[round(i * (len(contexts) - 1) / (points - 1))] for i in range(points)})
+def spread(low: int, high: int, points: int = DECODE_POINTS) -> tuple[int, ...]:
+    """`points` values spread evenly from `low` to `high`, both included (every one, where
+    there are no more): the contexts a request's decode steps, or a serving trace's, are
+    simulated at."""
+    if high - low + 1 <= points:
+        return tuple(range(low, high + 1))
+    return tuple(sorted({low + round(i * (high - low) / (points - 1)) for i in range(points)}))
 
 
 @dataclass(frozen=True)

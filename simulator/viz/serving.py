@@ -100,7 +100,7 @@ def write_serving_trace(report, path: str | Path) -> None:
 def plot_serving(report, path=None):
     """Over simulated time: the batch and the queue at each step, the KV cache held, and
     each request's TTFT and TPOT at its arrival."""
-    steps, served = report.steps, report.served
+    steps = report.steps
     starts = [step.start_s for step in steps]
     fig, (load, cache, latency) = plt.subplots(3, 1, figsize=(9, 7.5), sharex=True)
     load.step(starts, [step.batch for step in steps], where="post", label="batch")
@@ -114,28 +114,13 @@ def plot_serving(report, path=None):
         where="post",
     )
     cache.set_ylabel("KV cache held, %")
-    arrivals = [s.request.arrival_s for s in served]
-    latency.scatter(
-        arrivals,
-        [1e3 * (s.first_token_s - s.request.arrival_s) for s in served],
-        s=6,
-        label="TTFT",
-    )
-    decoding = [s for s in served if s.request.output_tokens > 1]
-    latency.scatter(
-        [s.request.arrival_s for s in decoding],
-        [1e3 * (s.finish_s - s.first_token_s) / (s.request.output_tokens - 1) for s in decoding],
-        s=6,
-        label="TPOT",
-    )
-    for value, name in ((report.slo.ttft_s, "TTFT target"), (report.slo.tpot_s, "TPOT target")):
-        if value is not None:
-            latency.axhline(1e3 * value, linestyle="--", linewidth=0.8, color="grey")
-            latency.annotate(name, (0, 1e3 * value), fontsize=7, color="grey")
-    latency.set_yscale("log")
-    latency.yaxis.set_major_formatter(ScalarFormatter())
-    latency.yaxis.set_minor_formatter(NullFormatter())
-    latency.set_ylabel("ms")
+    rows = report.rows()
+    for key, name in (("ttft_s", "TTFT"), ("tpot_s", "TPOT")):
+        timed = [row for row in rows if row[key] is not None]  # no TPOT of a one-token output
+        latency.scatter(
+            [row["arrival_s"] for row in timed], [1e3 * row[key] for row in timed], s=6, label=name
+        )
+    _latency_axis(latency, report.slo, 0)
     latency.set_xlabel("simulated seconds (requests at their arrival)")
     latency.legend(fontsize=8, loc="upper right")
     return _finish(fig, path)
@@ -154,14 +139,7 @@ def plot_capacity(found, path=None):
         for percentile, style in (("p50", ":"), ("p90", "-")):
             values = [1e3 * (lat[key] or {}).get(percentile, float("nan")) for lat in latencies]
             latency.plot(rates, values, style, marker=marker, label=f"{name} {percentile}")
-    for value, name in ((found.slo.ttft_s, "TTFT target"), (found.slo.tpot_s, "TPOT target")):
-        if value is not None:
-            latency.axhline(1e3 * value, linestyle="--", linewidth=0.8, color="grey")
-            latency.annotate(name, (rates[0], 1e3 * value), fontsize=7, color="grey")
-    latency.set_yscale("log")
-    latency.yaxis.set_major_formatter(ScalarFormatter())
-    latency.yaxis.set_minor_formatter(NullFormatter())
-    latency.set_ylabel("ms")
+    _latency_axis(latency, found.slo, rates[0])
     capacity = "" if found.rate_per_s is None else f", capacity {found.rate_per_s:.3g}/s"
     latency.set_title(f"{points[0].report.model}: latency against load{capacity}")
     latency.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1))
@@ -175,3 +153,15 @@ def plot_capacity(found, path=None):
         for axis in (latency, met):
             axis.axvline(found.rate_per_s, color="green", linewidth=0.8)
     return _finish(fig, path)
+
+
+def _latency_axis(axis, slo, x: float) -> None:
+    """Milliseconds on a log scale, with the SLO's targets drawn across (labelled at `x`)."""
+    for value, name in ((slo.ttft_s, "TTFT target"), (slo.tpot_s, "TPOT target")):
+        if value is not None:
+            axis.axhline(1e3 * value, linestyle="--", linewidth=0.8, color="grey")
+            axis.annotate(name, (x, 1e3 * value), fontsize=7, color="grey")
+    axis.set_yscale("log")
+    axis.yaxis.set_major_formatter(ScalarFormatter())
+    axis.yaxis.set_minor_formatter(NullFormatter())
+    axis.set_ylabel("ms")

@@ -107,7 +107,8 @@ class Deployment:
 
         part = shard(model, chips)
         options = StepOptions(fusion, weights, kv_cache)
-        largest = max(max_step_tokens, *(longest(r) for r in requests))
+        biggest = max(requests, key=longest)
+        largest = max(max_step_tokens, longest(biggest))
         need = hbm_footprint(part, hardware, Step("prefill", 1, largest, largest), 0, options)
         left = need.hbm_capacity_bytes - need.weight_bytes - need.activation_bytes
         if kv_cache_bytes_per_chip is None:
@@ -120,7 +121,6 @@ class Deployment:
         block_bytes = kv_cache_bytes(part, block_tokens, DTYPE_BYTES[kv_cache])
         blocks = max(0, kv_cache_bytes_per_chip) // block_bytes
         where = f"{chips} x {hardware.name}" if chips > 1 else hardware.name
-        biggest = max(requests, key=longest)
         if blocks * block_tokens < longest(biggest):
             raise SimulatorError(
                 f"request {biggest.id} needs a KV cache of {longest(biggest):,} positions, but "
@@ -133,7 +133,6 @@ class Deployment:
         self.model, self.hardware, self.policy = model, hardware, policy
         self.chips, self.max_batch, self.max_step_tokens = chips, max_batch, max_step_tokens
         self.blocks, self.block_tokens = blocks, block_tokens
-        self.kv_cache_bytes_per_chip = kv_cache_bytes_per_chip
         self.options = {
             "chips": chips,
             "policy": policy,
@@ -183,13 +182,9 @@ class Deployment:
             1 if chunked else min(prefills),
             largest,
             max_batch,
-            (
-                min(prompts) + (not self.leave_last),  # a first decode's context
-                max(r.prompt_tokens + r.output_tokens - 1 for r in requests),
-            ),
+            (min(prompts) + (not self.leave_last), longest(biggest)),  # decodes' contexts
         )
         self._lengths = {(r.prompt_tokens, r.output_tokens) for r in requests}
-        self._runtime = runtime
         try:
             self.times.simulate_prompts(prefills)
         except BaseException:  # no `with` block will end its workers
@@ -217,11 +212,11 @@ class Deployment:
         """What the whole-model steps simulated so far say of how they were simulated: the
         error estimate of sampling, a clock held down by a power cap."""
         notes = capped_notes(self._capped, self.hardware)
-        if self.leave_last and self._runtime is not None:
+        if self.leave_last:
             notes.append(
-                f"runtime {self._runtime.name} leaves the prompt's last token to its first decode "
-                "step: a request's first token follows a prefill of all but its last prompt "
-                "token and a decode step over the whole prompt"
+                f"runtime {self.options['runtime']} leaves the prompt's last token to its first "
+                "decode step: a request's first token follows a prefill of all but its last "
+                "prompt token and a decode step over the whole prompt"
             )
         if self._sampled_errors:
             notes.insert(0, sampling_note(self._sampled_errors, "without --sample, every one"))

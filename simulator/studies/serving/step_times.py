@@ -37,10 +37,10 @@ from dataclasses import dataclass
 from functools import partial
 
 from ...config.transformer import Step
+from ..inference import spread  # the contexts decode steps are simulated at, as infer's
 from ..inference_report import StepTime
 
 ATTENTION = "attention"
-DECODE_CONTEXTS = 3  # contexts simulated per decode batch size, as `infer` does
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,13 +80,6 @@ def grid(low: int, high: int, halves: bool = False) -> tuple[int, ...]:
     return tuple(sorted({low, high, *(p for p in powers if low < p < high)}))
 
 
-def spread(low: int, high: int, points: int = DECODE_CONTEXTS) -> tuple[int, ...]:
-    """`points` values spread evenly from `low` to `high`, both included."""
-    if high - low + 1 <= points:
-        return tuple(range(low, high + 1))
-    return tuple(sorted({low + round(i * (high - low) / (points - 1)) for i in range(points)}))
-
-
 class StepTimes:
     """Costs of prefill and decode steps (see the module docstring). `time_steps` runs the
     whole-model step model (inference.StepTimer) on a list of steps (side by side where it
@@ -110,6 +103,7 @@ class StepTimes:
         self.batch_grid = grid(1, batch)
         self.context_grid = spread(contexts[0], max(contexts))  # none: a trace of one token each
         self._anchors: dict[Step, _Anchor] = {}
+        self._decoded: set[int] = set()  # batch sizes simulated at every context of the grid
         self._pending: dict[Step, threading.Event] = {}  # being simulated, by whichever thread
         self._lock = threading.Lock()
 
@@ -155,19 +149,20 @@ class StepTimes:
         batch = len(contexts)
         b_low, b_high, b_share = _bracket(self.batch_grid, batch)
         c_low, c_high, c_share = _bracket(self.context_grid, sum(contexts) / batch)
-        # every context of the batch sizes used: the middle one checks the line through
-        # the others, and a batch's mean context moves over the whole range as it runs
-        self._simulate(_decode_step(b, c) for b in (b_low, b_high) for c in self.context_grid)
+        if not self._decoded.issuperset((b_low, b_high)):  # asked on every engine step
+            # every context of the batch sizes used: the middle one checks the line through
+            # the others, and a batch's mean context moves over the whole range as it runs
+            self._simulate(_decode_step(b, c) for b in (b_low, b_high) for c in self.context_grid)
+            self._decoded.update((b_low, b_high))
 
-        def at(b: int, field: Callable[[_Anchor], float]) -> float:
-            return _mix(self._decode(b, c_low), self._decode(b, c_high), c_share, field)
+        def at(b: int) -> tuple[float, float]:
+            """Batch `b`'s seconds and watts at the mean context."""
+            low, high = self._decode(b, c_low), self._decode(b, c_high)
+            return _lerp(low.seconds, high.seconds, c_share), _lerp(low.watts, high.watts, c_share)
 
-        def both(field: Callable[[_Anchor], float]) -> float:
-            low = at(b_low, field)
-            return low if b_high == b_low else low + b_share * (at(b_high, field) - low)
-
-        seconds = both(lambda a: a.seconds)
-        return Cost(seconds, seconds * both(lambda a: a.watts))
+        (seconds, watts), (seconds_high, watts_high) = at(b_low), at(b_high)
+        seconds = _lerp(seconds, seconds_high, b_share)
+        return Cost(seconds, seconds * _lerp(watts, watts_high, b_share))
 
     @property
     def simulated(self) -> tuple[Step, ...]:
@@ -212,6 +207,8 @@ class StepTimes:
         from several threads (a capacity search's points): a step another thread is
         simulating is waited for, not simulated twice."""
         wanted = list(dict.fromkeys(steps))
+        if all(s in self._anchors for s in wanted):
+            return
         with self._lock:
             missing = [s for s in wanted if s not in self._anchors and s not in self._pending]
             waiting = [self._pending[s] for s in wanted if s in self._pending]
@@ -250,8 +247,12 @@ def _watts(anchor: _Anchor) -> float:
 
 
 def _mix(low: _Anchor, high: _Anchor, share: float, field: Callable[[_Anchor], float]) -> float:
-    value = field(low)
-    return value if share == 0.0 else value + share * (field(high) - value)
+    return _lerp(field(low), field(high), share)
+
+
+def _lerp(low: float, high: float, share: float) -> float:
+    """`share` of the way from `low` to `high` (`low` itself at 0)."""
+    return low if share == 0.0 else low + share * (high - low)
 
 
 def _bracket(points: tuple[int, ...], value: float) -> tuple[int, int, float]:
